@@ -1,0 +1,59 @@
+"""strands-tito: token-in/token-out Strands model providers that record training-ready trajectories."""
+
+from .client import (
+    SGLangCancelledError,
+    SGLangClient,
+    SGLangClientError,
+    SGLangConnectionError,
+    SGLangContextLengthError,
+    SGLangDecodingError,
+    SGLangHTTPError,
+    SGLangThrottledError,
+)
+from .limiter import MaxToolCallsReachedError, MaxToolIterationsReachedError, ToolLimiter, ToolLimitReachedError
+from .prompt import PromptEncoder, PromptError
+from .sglang import (
+    HistoryRewrittenError,
+    SGLangAbortedError,
+    SGLangConfig,
+    SGLangModel,
+    SGLangResponseError,
+)
+from .slime import get_client, get_client_from_slime_args, get_tokenizer
+from .tool_parsers import HermesToolParser, QwenXMLToolParser, ToolCall, ToolParser, get_tool_parser
+from .trajectory import Segment, Trajectory, TrajectoryError, Turn, decode_routed_experts
+
+__all__ = [
+    "HermesToolParser",
+    "HistoryRewrittenError",
+    "MaxToolCallsReachedError",
+    "MaxToolIterationsReachedError",
+    "PromptEncoder",
+    "PromptError",
+    "QwenXMLToolParser",
+    "SGLangAbortedError",
+    "SGLangCancelledError",
+    "SGLangClient",
+    "SGLangClientError",
+    "SGLangConfig",
+    "SGLangConnectionError",
+    "SGLangContextLengthError",
+    "SGLangDecodingError",
+    "SGLangHTTPError",
+    "SGLangModel",
+    "SGLangResponseError",
+    "SGLangThrottledError",
+    "Segment",
+    "ToolCall",
+    "ToolLimitReachedError",
+    "ToolLimiter",
+    "ToolParser",
+    "Trajectory",
+    "TrajectoryError",
+    "Turn",
+    "decode_routed_experts",
+    "get_client",
+    "get_client_from_slime_args",
+    "get_tokenizer",
+    "get_tool_parser",
+]

@@ -1,0 +1,318 @@
+"""Async HTTP client for SGLang's native API (`/generate`, `/v1/models`, `/model_info`).
+
+The client only moves bytes and classifies failures; what a reply *means* for a trajectory is decided by the model
+provider. Retries follow one rule: retry what a later attempt can fix (connection failures, 408/429/502/503/504),
+never what it cannot (any other 4xx, a reply that is not JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+logger = logging.getLogger(__name__)
+
+RETRYABLE_STATUS_CODES = frozenset({408, 429, 502, 503, 504})
+THROTTLING_STATUS_CODES = frozenset({429, 503})
+# Substrings of SGLang's context-length 400 messages (tokenizer_manager and scheduler validation).
+CONTEXT_LENGTH_MARKERS = (
+    "longer than the model's context length",
+    "maximum context length",
+    "exceeds the maximum allowed length",
+    "too long after expanding",
+)
+
+
+class SGLangClientError(Exception):
+    """Base class of every error raised by :class:`SGLangClient`."""
+
+
+class SGLangHTTPError(SGLangClientError):
+    """The server answered with an error status.
+
+    Attributes:
+        status: HTTP status code.
+        body: Response body as text.
+    """
+
+    def __init__(self, status: int, body: str, message: str | None = None) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(message or f"SGLang returned HTTP {status}: {body[:500]}")
+
+
+class SGLangContextLengthError(SGLangHTTPError):
+    """The prompt (plus requested new tokens) does not fit the model's context window."""
+
+
+class SGLangThrottledError(SGLangHTTPError):
+    """The server is overloaded (429/503) and stayed so until the retries ran out."""
+
+
+class SGLangConnectionError(SGLangClientError):
+    """The server could not be reached, or the connection broke before a full reply arrived."""
+
+
+class SGLangDecodingError(SGLangClientError):
+    """The server answered 200 with a body that is not valid JSON."""
+
+
+class SGLangCancelledError(SGLangClientError):
+    """The caller's cancel signal was set while the request was in flight; the request was abandoned."""
+
+
+def classify_http_error(status: int, body: str) -> SGLangHTTPError:
+    """Map an error status and body to the most specific :class:`SGLangHTTPError` subclass."""
+    if status == 400 and any(marker in body.lower() for marker in CONTEXT_LENGTH_MARKERS):
+        return SGLangContextLengthError(status, body)
+    if status in THROTTLING_STATUS_CODES:
+        return SGLangThrottledError(status, body)
+    return SGLangHTTPError(status, body)
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value.strip()))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+class SGLangClient:
+    """Async client for one SGLang server (or router) with pooling, retries and an overall deadline.
+
+    Args:
+        base_url: Server root, e.g. ``http://127.0.0.1:30000``.
+        max_connections: Size of the connection pool; set it to the number of concurrent rollouts.
+        timeout: Seconds to wait for one reply (a long generation counts against it).
+        connect_timeout: Seconds to wait for a TCP connection.
+        max_retries: Retries after the first attempt, for retryable failures only.
+        backoff_base: First backoff delay in seconds; doubles each retry.
+        backoff_max: Cap on one backoff delay.
+        deadline: Overall seconds one :meth:`generate` call may take, retries and waits included.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        max_connections: int = 256,
+        timeout: float = 600.0,
+        connect_timeout: float = 5.0,
+        max_retries: int = 8,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        deadline: float = 1800.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.max_connections = max_connections
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.deadline = deadline
+        self._http: httpx.AsyncClient | None = None
+        self._http_loop: asyncio.AbstractEventLoop | None = None
+        self._max_model_len: int | None = None
+        self._is_multimodal: bool | None = None
+
+    def _client(self) -> httpx.AsyncClient:
+        # httpx pools are bound to the loop that opened them; a new loop (e.g. asyncio.run per rollout) gets a new
+        # pool instead of failing with "attached to a different loop".
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http_loop is not loop or self._http.is_closed:
+            self._http = httpx.AsyncClient(
+                base_url=self.base_url,
+                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+                limits=httpx.Limits(
+                    max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+                ),
+            )
+            self._http_loop = loop
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def _backoff(self, attempt: int) -> float:
+        delay = min(self.backoff_max, self.backoff_base * (2**attempt))
+        return float(delay / 2 + random.uniform(0, delay / 2))
+
+    async def _send(self, method: str, path: str, body: bytes | None) -> httpx.Response:
+        headers = {"Content-Type": "application/json"} if body is not None else None
+        try:
+            return await self._client().request(method, path, content=body, headers=headers)
+        except (httpx.TransportError, httpx.DecodingError) as e:
+            # TransportError covers refused/reset connections, timeouts and bodies cut short by the server.
+            raise SGLangConnectionError(f"{method} {self.base_url}{path} failed: {type(e).__name__}: {e}") from e
+
+    async def request_json(self, method: str, path: str, payload: Any = None) -> Any:
+        """Send one request with retries and return the decoded JSON body.
+
+        Raises:
+            SGLangContextLengthError, SGLangThrottledError, SGLangHTTPError, SGLangConnectionError,
+            SGLangDecodingError: see the class docstrings.
+        """
+        body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            retry_after: float | None = None
+            try:
+                response = await self._send(method, path, body)
+                if response.status_code >= 400:
+                    error = classify_http_error(response.status_code, response.text)
+                    if response.status_code not in RETRYABLE_STATUS_CODES:
+                        raise error
+                    retry_after = _retry_after_seconds(response.headers.get("retry-after"))
+                    raise error
+                try:
+                    return json.loads(response.content)
+                except ValueError as e:
+                    raise SGLangDecodingError(
+                        f"{method} {path}: HTTP 200 with a body that is not JSON: {response.text[:200]!r}"
+                    ) from e
+            except (SGLangConnectionError, SGLangHTTPError) as error:
+                retryable = isinstance(error, SGLangConnectionError) or (
+                    isinstance(error, SGLangHTTPError) and error.status in RETRYABLE_STATUS_CODES
+                )
+                if not retryable or attempt >= self.max_retries:
+                    raise
+                delay = max(self._backoff(attempt), retry_after or 0.0)
+                if time.monotonic() - start + delay > self.deadline:
+                    raise
+                logger.warning(
+                    "attempt=<%d>, delay=<%.2f>, error=<%s> | retrying SGLang request", attempt + 1, delay, error
+                )
+                await asyncio.sleep(delay)
+                attempt += 1
+
+    async def generate(
+        self,
+        input_ids: Sequence[int],
+        *,
+        sampling_params: dict[str, Any] | None = None,
+        return_logprob: bool = False,
+        logprob_start_len: int = -1,
+        return_routed_experts: bool = False,
+        routed_experts_start_len: int = 0,
+        image_data: list[str] | None = None,
+        rid: str | None = None,
+        cancel_signal: threading.Event | None = None,
+    ) -> dict[str, Any]:
+        """POST ``/generate`` with token IDs and return the reply object (not yet validated).
+
+        Args:
+            input_ids: The whole prompt as token IDs.
+            sampling_params: SGLang sampling parameters (``max_new_tokens``, ``temperature``, ...).
+            return_logprob: Ask for logprobs.
+            logprob_start_len: First prompt position to return input logprobs for; -1 means none.
+            return_routed_experts: Ask for MoE routing (needs ``--enable-return-routed-experts`` on the server).
+            routed_experts_start_len: First position whose routing is returned.
+            image_data: Images for multimodal models.
+            rid: Request id (echoed as ``meta_info.id``).
+            cancel_signal: When set while the request is in flight, the request is dropped (closing its connection,
+                which makes SGLang abort it) and :class:`SGLangCancelledError` is raised.
+        """
+        payload: dict[str, Any] = {
+            "input_ids": list(input_ids),
+            "sampling_params": sampling_params or {},
+            "return_logprob": return_logprob,
+            "logprob_start_len": logprob_start_len,
+            "stream": False,
+        }
+        if return_routed_experts:
+            payload["return_routed_experts"] = True
+            payload["routed_experts_start_len"] = routed_experts_start_len
+        if image_data:
+            payload["image_data"] = image_data
+        if rid is not None:
+            payload["rid"] = rid
+        request = self.request_json("POST", "/generate", payload)
+        if cancel_signal is None:
+            reply = await request
+        else:
+            reply = await _until_cancelled(request, cancel_signal)
+        if not isinstance(reply, dict):
+            raise SGLangDecodingError(f"/generate returned a JSON {type(reply).__name__}, expected an object")
+        return reply
+
+    async def health(self) -> bool:
+        """True when ``GET /health`` answers 200."""
+        try:
+            response = await self._send("GET", "/health", None)
+        except SGLangConnectionError:
+            return False
+        return response.status_code == 200
+
+    async def model_info(self) -> dict[str, Any]:
+        """``GET /model_info`` (model path, modality flags, ...)."""
+        info = await self.request_json("GET", "/model_info")
+        if not isinstance(info, dict):
+            raise SGLangDecodingError("/model_info did not return a JSON object")
+        return info
+
+    async def max_model_len(self) -> int | None:
+        """The served model's context length from ``GET /v1/models``; None if the server does not say.
+
+        Only a successful answer is cached: a transient failure raises now and is asked again next time.
+        """
+        if self._max_model_len is None:
+            models = await self.request_json("GET", "/v1/models")
+            data = models.get("data") if isinstance(models, dict) else None
+            lengths = [m.get("max_model_len") for m in data or [] if isinstance(m, dict)]
+            found = next((n for n in lengths if isinstance(n, int) and n > 0), None)
+            if found is None:
+                return None
+            self._max_model_len = found
+        return self._max_model_len
+
+    async def is_multimodal(self) -> bool:
+        """Whether the model understands images (``/model_info`` ``has_image_understanding``); cached on success."""
+        if self._is_multimodal is None:
+            self._is_multimodal = bool((await self.model_info()).get("has_image_understanding", False))
+        return self._is_multimodal
+
+
+async def _until_cancelled[T](coro: Any, cancel_signal: threading.Event, poll: float = 0.05) -> T:
+    """Await ``coro`` unless ``cancel_signal`` (a thread-safe flag) is set first; then cancel it."""
+    task: asyncio.Task[T] = asyncio.ensure_future(coro)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=poll)
+            if done:
+                return task.result()
+            if cancel_signal.is_set():
+                task.cancel()
+                raise SGLangCancelledError("request cancelled by the caller's cancel signal")
+    finally:
+        if not task.done():
+            task.cancel()
