@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Creates .venv with a Python >= 3.12 found on this machine and installs strands-tito with its dev tools.
+# Re-running is cheap: it reinstalls only when pyproject.toml changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+find_python() {
+    local candidates=(python3.13 python3.12 python3)
+    if command -v pyenv >/dev/null 2>&1; then
+        local root; root=$(pyenv root)
+        for v in "$root"/versions/3.1[2-9]*/bin/python "$root"/versions/3.1[2-9]*.*/bin/python; do
+            [ -x "$v" ] && candidates+=("$v")
+        done
+    fi
+    for c in "${candidates[@]}"; do
+        if command -v "$c" >/dev/null 2>&1 &&
+            "$c" -c 'import sys, venv; sys.exit(0 if sys.version_info >= (3, 12) else 1)' 2>/dev/null; then
+            command -v "$c"
+            return 0
+        fi
+    done
+    return 1
+}
+
+stamp=.venv/.installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
+
+if [ ! -x .venv/bin/python ]; then
+    py=$(find_python) || {
+        echo "strands-tito needs Python >= 3.12 (with venv). None found: tried python3.13, python3.12, python3" >&2
+        echo "and pyenv's versions. Install one, e.g. 'pyenv install 3.12' or your OS package python3.12-venv." >&2
+        exit 1
+    }
+    echo "bootstrap: creating .venv with $py ($("$py" --version))"
+    "$py" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored" || true
+.venv/bin/python -m pip install --quiet -e ".[dev]" 2>&1 | grep -v "is ignored" || true
+.venv/bin/python -c "import strands_tito, pytest, mypy" # fail here if the install did not work
+echo "$want" > "$stamp"
