@@ -1,0 +1,32 @@
+"""The ``strands-tito`` command."""
+
+from __future__ import annotations
+
+import sys
+
+USAGE = """usage: strands-tito COMMAND [ARGS]
+
+commands:
+  demo      run an example agent with a tool against the local engine and print the captured trajectory
+  engine    run the local SGLang-protocol engine (strands-tito engine --help)
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch to a sub-command."""
+    args = sys.argv[1:] if argv is None else argv
+    command, rest = (args[0], args[1:]) if args else ("", [])
+    if command == "demo":
+        from .demo import main as demo_main
+
+        return demo_main()
+    if command == "engine":
+        from .engine.cli import engine_main
+
+        return engine_main(rest)
+    print(USAGE, file=sys.stderr if command not in ("-h", "--help") else sys.stdout)
+    return 0 if command in ("-h", "--help") else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""Shared fixtures: the real Qwen3 vocabulary (built offline, cached), local engines on 127.0.0.1, models."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from strands import Agent
+from strands.agent.conversation_manager import NullConversationManager
+from transformers import PreTrainedTokenizerBase
+
+from strands_tito import SGLangClient, SGLangModel
+from strands_tito.engine import EngineRecord, LocalEngine, Script
+from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.trajectory import Trajectory
+
+
+@pytest.fixture(scope="session")
+def qwen3() -> PreTrainedTokenizerBase:
+    """The real Qwen3 vocabulary with the project's Qwen3-style chat template (cached between runs)."""
+    return build_qwen3_tokenizer()
+
+
+@pytest.fixture
+def start_engine(qwen3: PreTrainedTokenizerBase) -> Iterator[Callable[..., LocalEngine]]:
+    """Start local engines on 127.0.0.1 (random ports); all are stopped at the end of the test."""
+    engines: list[LocalEngine] = []
+
+    def start(*scripts: Script, **kwargs: Any) -> LocalEngine:
+        kwargs.setdefault("default", None)
+        engine = LocalEngine(kwargs.pop("tokenizer", qwen3), scripts=list(scripts), **kwargs)
+        engine.start()
+        engines.append(engine)
+        return engine
+
+    yield start
+    for engine in engines:
+        engine.stop()
+
+
+def fast_client(engine: LocalEngine, **kwargs: Any) -> SGLangClient:
+    """A client with short backoff so retry tests take milliseconds."""
+    kwargs.setdefault("backoff_base", 0.01)
+    kwargs.setdefault("backoff_max", 0.05)
+    kwargs.setdefault("max_retries", 3)
+    return SGLangClient(engine.base_url, **kwargs)
+
+
+def make_model(engine: LocalEngine, tokenizer: PreTrainedTokenizerBase, **config: Any) -> SGLangModel:
+    """An SGLangModel on the engine with a fast-retry client."""
+    client_kwargs = config.pop("client_kwargs", {})
+    config.setdefault("sampling_params", {"max_new_tokens": 256})
+    return SGLangModel(client=fast_client(engine, **client_kwargs), tokenizer=tokenizer, **config)
+
+
+def make_agent(model: SGLangModel, tools: list[Any] | None = None, **kwargs: Any) -> Agent:
+    """A real Strands agent with an append-only history and no Strands-level retries."""
+    kwargs.setdefault("system_prompt", "You are a helpful assistant.")
+    return Agent(
+        model=model,
+        tools=tools or [],
+        callback_handler=None,
+        conversation_manager=NullConversationManager(),
+        retry_strategy=None,
+        **kwargs,
+    )
+
+
+def generate_records(engine: LocalEngine, conversation: int | None = None) -> list[EngineRecord]:
+    """Successful /generate records, optionally of one engine conversation."""
+    return [
+        r
+        for r in engine.records
+        if r.path == "/generate"
+        and r.status == 200
+        and r.output_ids is not None
+        and r.fault is None
+        and (conversation is None or r.conversation == conversation)
+    ]
+
+
+def assert_matches_engine(trajectory: Trajectory, records: list[EngineRecord]) -> None:
+    """The central assertion: the trajectory is exactly what the engine received and produced, call by call."""
+    assert len(records) == len(trajectory.turns) > 0
+    for turn, record in zip(trajectory.turns, records, strict=True):
+        assert record.input_ids == trajectory.token_ids[: turn.output_start], f"turn {turn.index}: prompt differs"
+        end = turn.output_start + turn.output_length
+        assert record.output_ids == trajectory.token_ids[turn.output_start : end], f"turn {turn.index}: output differs"
+        assert record.output_logprobs == trajectory.logprobs[turn.output_start : end]
+        assert all(trajectory.loss_mask[turn.output_start : end])
+        assert not any(trajectory.loss_mask[turn.prompt_start : turn.output_start])
+    last = records[-1]
+    assert (last.input_ids or []) + (last.output_ids or []) == trajectory.token_ids
