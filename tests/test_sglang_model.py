@@ -229,7 +229,7 @@ async def test_abort_is_an_error_not_a_turn(start_engine, qwen3) -> None:  # typ
     [
         ("missing_output_ids", SGLangResponseError),
         ("logprobs_wrong_length", SGLangResponseError),
-        ("nan_logprob", SGLangResponseError),
+        ("nan_logprob", SGLangDecodingError),  # NaN is not JSON; orjson refuses it
         ("missing_meta_info", SGLangResponseError),
         ("wrong_types", SGLangResponseError),
         ("non_json", SGLangDecodingError),

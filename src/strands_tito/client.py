@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import logging
 import random
 import threading
@@ -19,6 +18,7 @@ from types import TracebackType
 from typing import Any, Self
 
 import httpx
+import orjson
 
 logger = logging.getLogger(__name__)
 
@@ -181,7 +181,7 @@ class SGLangClient:
             SGLangContextLengthError, SGLangThrottledError, SGLangHTTPError, SGLangConnectionError,
             SGLangDecodingError: see the class docstrings.
         """
-        body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+        body = None if payload is None else orjson.dumps(payload)
         start = time.monotonic()
         attempt = 0
         while True:
@@ -195,8 +195,8 @@ class SGLangClient:
                     retry_after = _retry_after_seconds(response.headers.get("retry-after"))
                     raise error
                 try:
-                    return json.loads(response.content)
-                except ValueError as e:
+                    return orjson.loads(response.content)
+                except orjson.JSONDecodeError as e:
                     raise SGLangDecodingError(
                         f"{method} {path}: HTTP 200 with a body that is not JSON: {response.text[:200]!r}"
                     ) from e
@@ -243,7 +243,7 @@ class SGLangClient:
                 which makes SGLang abort it) and :class:`SGLangCancelledError` is raised.
         """
         payload: dict[str, Any] = {
-            "input_ids": list(input_ids),
+            "input_ids": input_ids if isinstance(input_ids, list) else list(input_ids),
             "sampling_params": sampling_params or {},
             "return_logprob": return_logprob,
             "logprob_start_len": logprob_start_len,
