@@ -1,0 +1,91 @@
+"""Command line for the local engine: ``python -m strands_tito.engine [options]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+
+from .script import ScriptFile
+
+__all__ = ["build_parser", "engine_main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The engine's argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="python -m strands_tito.engine",
+        description="Run the strands-tito local engine: an SGLang-protocol server that replays scripted replies.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=30000, help="port; 0 picks a free one (default: %(default)s)")
+    parser.add_argument(
+        "--tokenizer", default="qwen3", help='"qwen3", "tiny" or a local tokenizer directory (default: %(default)s)'
+    )
+    parser.add_argument("--script", metavar="FILE.json", help="script file with scripts and a default reply")
+    parser.add_argument("--context-length", type=int, default=32768, help="model context length (default: %(default)s)")
+    parser.add_argument(
+        "--model-path", default="strands-tito/local-engine", help="served model name (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--enable-return-routed-experts", action="store_true", help="emulate an MoE model that reports routed experts"
+    )
+    parser.add_argument(
+        "--num-layers", type=int, default=4, help="MoE layers for routed experts (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--num-experts-per-tok", type=int, default=2, help="experts per token (top-k) (default: %(default)s)"
+    )
+    parser.add_argument("--num-experts", type=int, default=8, help="experts per layer (default: %(default)s)")
+    parser.add_argument("--record", metavar="FILE.jsonl", help="append every request/response record to this file")
+    return parser
+
+
+def engine_main(argv: list[str] | None = None) -> int:
+    """Run the engine until SIGINT/SIGTERM; prints ``strands-tito engine listening on http://HOST:PORT`` when ready."""
+    args = build_parser().parse_args(argv)
+
+    from ..tokenizers import load_tokenizer
+    from .server import LocalEngine
+
+    try:
+        script_file = ScriptFile.load(args.script) if args.script else ScriptFile()
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot load script {args.script}: {exc}", file=sys.stderr)
+        return 2
+    tokenizer = load_tokenizer(args.tokenizer)
+    routed = (
+        (args.num_layers, args.num_experts_per_tok, args.num_experts) if args.enable_return_routed_experts else None
+    )
+    engine = LocalEngine(
+        tokenizer,
+        script_file.scripts,
+        script_file.default,
+        context_length=args.context_length,
+        model_path=args.model_path,
+        routed_experts=routed,
+        host=args.host,
+        port=args.port,
+        record_path=args.record,
+    )
+
+    def ready(running: LocalEngine) -> None:
+        print(f"strands-tito engine listening on {running.base_url}", flush=True)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(engine.serve(on_ready=ready))
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(signum, task.cancel)
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0

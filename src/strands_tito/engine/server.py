@@ -1,0 +1,1093 @@
+"""``LocalEngine``: a protocol-faithful stand-in for an SGLang 0.5.23 server that replays scripted replies.
+
+It speaks SGLang's native HTTP protocol (``/generate`` plus the health/info/cache endpoints), tracks conversations by
+token prefix like a radix cache, emits deterministic logprobs and routed-expert ids, and can inject the faults a real
+deployment produces (HTTP errors, context overflows, aborts, malformed bodies, slow replies).  Every exchange is kept
+as an :class:`EngineRecord` so tests can compare exactly which tokens went in and came out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal
+
+from transformers import PreTrainedTokenizerBase
+
+from .http import (
+    DEFAULT_MAX_BODY,
+    AnyResponse,
+    Connection,
+    HttpServer,
+    RawResponse,
+    Request,
+    Response,
+    StreamResponse,
+    empty_response,
+    json_response,
+    text_response,
+)
+from .protocol import (
+    DEFAULT_MAX_NEW_TOKENS,
+    GenerateRequest,
+    ProtocolError,
+    SamplingParams,
+    encode_routed_experts,
+    fastapi_error,
+    finish_abort,
+    finish_length,
+    finish_stop,
+    http_fault_body,
+    input_too_long_message,
+    logprob_start_len_message,
+    object_error_body,
+    parse_generate_request,
+    requested_too_many_message,
+    routed_experts_for,
+    scheduler_input_length_message,
+    sse_error_event,
+    token_logprob,
+    value_error,
+    verify_sampling_params,
+)
+from .script import DEFAULT_REPLY, Fault, Reply, Script, ScriptFile, Step
+
+__all__ = ["EngineRecord", "LocalEngine"]
+
+logger = logging.getLogger(__name__)
+
+NO_SCRIPT_MESSAGE: Final[str] = "strands-tito engine: no scripted reply for this request"
+FLUSH_OK: Final[str] = (
+    "Cache flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+FLUSH_BUSY: Final[str] = (
+    "Cache not flushed.\nPlease check backend logs for more details. "
+    "(When there are running or waiting requests, the operation will not be performed.)\n"
+)
+SGLANG_VERSION: Final[str] = "0.5.23"
+#: Status recorded for a request whose client hung up before the reply (nothing is sent).
+DISCONNECTED_STATUS: Final[int] = 499
+_NON_JSON_BODY: Final[str] = "<html><body><h1>502 Bad Gateway</h1>upstream sent an invalid response</body></html>"
+
+
+@dataclass
+class EngineRecord:
+    """One request the engine received and what it answered.
+
+    Attributes:
+        rid: the request id (``meta_info.id``) for ``/generate``; the aborted rid for ``/abort_request``.
+        path, method: the HTTP route.
+        request: the parsed JSON body (raw text if it was not JSON; None if empty).
+        status: the HTTP status sent (499 when the client disconnected first and nothing was sent).
+        response: the parsed JSON body, the raw text, or for SSE the list of parsed events (``"[DONE]"`` last).
+        input_ids: the prompt token ids the engine received (after tokenizing ``text`` input).
+        output_ids: the token ids the engine generated (also for malformed or aborted replies).
+        output_logprobs: the engine's logprob for each output id.
+        conversation: the conversation index (0, 1, ...) the request was attributed to.
+        cached_tokens: the ``meta_info.cached_tokens`` reported.
+        disconnected: the client went away before the reply.
+        fault: the injected fault (``"http:503"``, ``"malformed:nan_logprob"``, ...), if any.
+        unscripted: answered with the default reply (or the no-script 400) because no scripted step was left.
+        script: index of the script the conversation is following (in order of addition), if any.
+        received_at: ``time.time()`` when the request arrived.
+    """
+
+    rid: str | None
+    path: str
+    method: str
+    request: Any
+    status: int
+    response: Any
+    input_ids: list[int] | None = None
+    output_ids: list[int] | None = None
+    output_logprobs: list[float | None] | None = None
+    conversation: int | None = None
+    cached_tokens: int | None = None
+    disconnected: bool = False
+    fault: str | None = None
+    unscripted: bool = False
+    script: int | None = None
+    received_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of all fields."""
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class _Conversation:
+    index: int
+    history: list[int]
+    script: int | None
+    steps: deque[Step]
+    busy: int = 0
+
+
+@dataclass
+class _Outcome:
+    """What one /generate request produced."""
+
+    out: list[int] = field(default_factory=list)
+    finish: dict[str, Any] | None = None
+    success: bool = True
+
+
+@dataclass(eq=False)
+class _Flight:
+    rid: str
+    aborted: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class _Disconnected(Exception):
+    """The client went away while the request was waiting."""
+
+
+def _parse_body(body: bytes) -> Any:
+    if not body:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", errors="replace")
+
+
+def _parse_response_body(response: Response) -> Any:
+    if not response.body:
+        return ""
+    if (response.content_type or "").startswith("application/json"):
+        try:
+            return json.loads(response.body)
+        except ValueError:
+            pass
+    return response.body.decode("utf-8", errors="replace")
+
+
+def _sse(payload: Any, *, allow_nan: bool = False) -> bytes:
+    data = json.dumps(payload, separators=(",", ":"), ensure_ascii=False, allow_nan=allow_nan)
+    return f"data: {data}\n\n".encode()
+
+
+_SSE_DONE: Final[bytes] = b"data: [DONE]\n\n"
+
+
+async def _iterate(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+RouteHandler = Callable[[Request, Connection, float], Awaitable[AnyResponse]]
+
+
+class LocalEngine:
+    """A local SGLang-protocol server that replays scripted replies.
+
+    Args:
+        tokenizer: any ``transformers`` tokenizer; it encodes ``text`` replies/prompts and decodes output text.
+        scripts: scripts handed out to new conversations, first unused match first.
+        default: the reply for requests with no scripted step left (None: answer 400 instead).
+        context_length: the model context length (length validation, ``/v1/models`` ``max_model_len``).
+        model_path: served model name / model path reported by the info endpoints.
+        routed_experts: ``(num_layers, top_k, num_experts)`` to emulate ``--enable-return-routed-experts``.
+        host, port: where to listen (port 0 picks a free port; see :attr:`base_url` after starting).
+        eos_token_ids: the model's stop ids (default: the tokenizer's eos id); the first one ends ``text`` replies.
+        record_path: append every record as a JSON line to this file.
+        max_body: largest accepted request body (bigger ones get 413).
+
+    Run it in a background thread with :meth:`start` / :meth:`stop` (or ``with LocalEngine(...) as engine``), or
+    inside the caller's event loop with ``await engine.serve()``.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        scripts: Sequence[Script] | None = None,
+        default: Reply | None = DEFAULT_REPLY,
+        *,
+        context_length: int = 32768,
+        model_path: str = "strands-tito/local-engine",
+        routed_experts: tuple[int, int, int] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        eos_token_ids: Sequence[int] | None = None,
+        record_path: str | os.PathLike[str] | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+    ) -> None:
+        if context_length < 8:
+            raise ValueError(f"context_length must be at least 8, got {context_length}")
+        if routed_experts is not None:
+            num_layers, top_k, num_experts = routed_experts
+            if num_layers < 1 or top_k < 1 or num_experts < top_k:
+                raise ValueError(
+                    f"routed_experts needs layers >= 1 and 1 <= top_k <= num_experts, got {routed_experts}"
+                )
+        self.tokenizer = tokenizer
+        self.default = default
+        self.context_length = context_length
+        self.model_path = model_path
+        self.routed_experts = routed_experts
+        self.host = host
+        self.port = port
+        self.record_path = Path(record_path) if record_path is not None else None
+
+        tokenizer_eos = tokenizer.eos_token_id
+        if eos_token_ids is not None:
+            self.eos_token_ids: tuple[int, ...] = tuple(eos_token_ids)
+        elif isinstance(tokenizer_eos, int):
+            self.eos_token_ids = (tokenizer_eos,)
+        else:
+            self.eos_token_ids = ()
+        self.vocab_size = len(tokenizer)
+        # SGLang: max_req_len = context_len - 1 (ample KV cache assumed), max_req_input_len = max_req_len - 5.
+        self.max_req_len = context_length - 1
+        self.max_req_input_len = self.max_req_len - 5
+
+        self._lock = threading.Lock()
+        self._scripts: list[Script] = []
+        self._script_taken: list[bool] = []
+        self._conversations: list[_Conversation] = []
+        self._cache: list[list[int]] = []
+        self._records: list[EngineRecord] = []
+        self._flights: set[_Flight] = set()
+        self._running_event: asyncio.Event | None = None
+        self._server = HttpServer(self._dispatch, max_body=max_body, server_name="strands-tito-engine")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop_future: asyncio.Future[None] | None = None
+        self._started_at = time.time()
+        for script in scripts or ():
+            self.add_script(script)
+
+        self._routes: dict[str, dict[str, RouteHandler]] = {
+            "/generate": {"POST": self._generate, "PUT": self._generate},
+            "/health": {"GET": self._health},
+            "/health_generate": {"GET": self._health},
+            "/ready": {"GET": self._health},
+            "/model_info": {"GET": self._model_info},
+            "/get_model_info": {"GET": self._model_info},
+            "/server_info": {"GET": self._server_info},
+            "/get_server_info": {"GET": self._server_info},
+            "/v1/models": {"GET": self._models},
+            "/flush_cache": {"GET": self._flush_cache, "POST": self._flush_cache},
+            "/abort_request": {"POST": self._abort_request},
+            "/pause_generation": {"POST": self._pause_generation},
+            "/continue_generation": {"POST": self._continue_generation},
+        }
+
+    # -- construction helpers --------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_script_file(
+        cls, tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike[str], **kwargs: Any
+    ) -> LocalEngine:
+        """Build an engine from a JSON script file (see :class:`~strands_tito.engine.script.ScriptFile`)."""
+        script_file = ScriptFile.load(path)
+        return cls(tokenizer, script_file.scripts, script_file.default, **kwargs)
+
+    def add_script(self, script: Script) -> None:
+        """Add a script for future conversations; safe to call from any thread while the engine runs."""
+        with self._lock:
+            self._scripts.append(script)
+            self._script_taken.append(False)
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT`` (the real port once started)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def records(self) -> list[EngineRecord]:
+        """A snapshot of all records so far, oldest first."""
+        with self._lock:
+            return list(self._records)
+
+    def generate_records(self) -> list[EngineRecord]:
+        """The records of ``/generate`` requests only."""
+        return [record for record in self.records if record.path == "/generate"]
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+
+    async def _open(self) -> None:
+        self._running_event = asyncio.Event()
+        self._running_event.set()
+        self.host, self.port = await self._server.start(self.host, self.port)
+        self._started_at = time.time()
+
+    async def _close(self) -> None:
+        await self._server.close()
+
+    async def serve(self, on_ready: Callable[[LocalEngine], None] | None = None) -> None:
+        """Serve in the running event loop until cancelled; ``on_ready`` is called once listening."""
+        await self._open()
+        try:
+            if on_ready is not None:
+                on_ready(self)
+            self._stop_future = asyncio.get_running_loop().create_future()
+            await self._stop_future
+        finally:
+            await self._close()
+
+    def start(self) -> LocalEngine:
+        """Run the server in a background thread with its own event loop; returns once it is listening."""
+        if self._thread is not None:
+            raise RuntimeError("engine already started")
+        ready = threading.Event()
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            asyncio.set_event_loop(loop)
+            try:
+                loop.run_until_complete(self._open())
+            except BaseException as exc:
+                errors.append(exc)
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.run_until_complete(self._close())
+                loop.run_until_complete(loop.shutdown_asyncgens())
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="strands-tito-engine", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if errors:
+            self._thread.join()
+            self._thread = None
+            raise errors[0]
+        return self
+
+    def stop(self) -> None:
+        """Stop a server started with :meth:`start` (drops open connections); idempotent."""
+        thread, loop = self._thread, self._loop
+        if thread is None or loop is None:
+            return
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        self._thread = None
+        self._loop = None
+
+    def __enter__(self) -> LocalEngine:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # -- records ---------------------------------------------------------------------------------------------------
+
+    def _record(self, record: EngineRecord) -> None:
+        with self._lock:
+            self._records.append(record)
+            if self.record_path is not None:
+                try:
+                    with self.record_path.open("a", encoding="utf-8") as handle:
+                        handle.write(json.dumps(record.to_dict(), ensure_ascii=False) + "\n")
+                except OSError:
+                    logger.exception("could not append to record file %s", self.record_path)
+
+    # -- dispatch --------------------------------------------------------------------------------------------------
+
+    async def _dispatch(self, request: Request, conn: Connection) -> AnyResponse:
+        received = time.time()
+        methods = self._routes.get(request.path)
+        if methods is None:
+            response: AnyResponse = json_response({"detail": "Not Found"}, 404)
+        elif request.method not in methods:
+            allow = ", ".join(methods)
+            response = json_response({"detail": "Method Not Allowed"}, 405, {"allow": allow})
+        else:
+            response = await methods[request.method](request, conn, received)
+            if request.path == "/generate":
+                return response  # /generate writes its own, richer record
+        if isinstance(response, Response):
+            body = _parse_body(request.body)
+            rid = body.get("rid") if isinstance(body, dict) and request.path == "/abort_request" else None
+            self._record(
+                EngineRecord(
+                    rid=rid if isinstance(rid, str) else None,
+                    path=request.path,
+                    method=request.method,
+                    request=body,
+                    status=response.status,
+                    response=_parse_response_body(response),
+                    received_at=received,
+                )
+            )
+        return response
+
+    # -- simple endpoints ------------------------------------------------------------------------------------------
+
+    async def _health(self, request: Request, conn: Connection, received: float) -> AnyResponse:
+        return empty_response(200)
+
+    def _model_type(self) -> tuple[str, str]:
+        if self.routed_experts is not None:
+            return "qwen3_moe", "Qwen3MoeForCausalLM"
+        return "qwen3", "Qwen3ForCausalLM"
+
+    async def _model_info(self, request: Request, conn: Connection, received: float) -> AnyResponse:
+        model_type, architecture = self._model_type()
+        return json_response(
+            {
+                "model_path": self.model_path,
+                "served_model_name": self.model_path,
+                "tokenizer_path": self.model_path,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": "default",
+                "load_format": "auto",
+                "reasoning_parser": None,
+                "tool_call_parser": None,
+                "disaggregation_mode": "null",
+                "has_image_understanding": False,
+                "has_audio_understanding": False,
+                "model_type": model_type,
+                "architectures": [architecture],
+            }
+        )
+
+    async def _server_info(self, request: Request, conn: Connection, received: float) -> AnyResponse:
+        with self._lock:
+            running = sum(conversation.busy for conversation in self._conversations)
+        return json_response(
+            {
+                "model_path": self.model_path,
+                "tokenizer_path": self.model_path,
+                "tokenizer_mode": "auto",
+                "skip_tokenizer_init": False,
+                "load_format": "auto",
+                "context_length": self.context_length,
+                "is_embedding": False,
+                "host": self.host,
+                "port": self.port,
+                "served_model_name": self.model_path,
+                "weight_version": "default",
+                "enable_return_routed_experts": self.routed_experts is not None,
+                "disable_radix_cache": False,
+                "allow_auto_truncate": False,
+                "incremental_streaming_output": False,
+                "enable_lora": False,
+                "dp_size": 1,
+                "tp_size": 1,
+                "launch_command": f"python -m strands_tito.engine --port {self.port}",
+                "max_total_num_tokens": self.context_length * 16,
+                "max_req_input_len": self.max_req_input_len,
+                "kv_events": None,
+                "startup_time": self._started_at,
+                "internal_states": [
+                    {"dp_rank": 0, "last_gen_throughput": 0.0, "num_running_reqs": running, "num_waiting_reqs": 0}
+                ],
+                "version": SGLANG_VERSION,
+                "frontend": "python",
+                "strands_tito_engine": True,
+            }
+        )
+
+    async def _models(self, request: Request, conn: Connection, received: float) -> AnyResponse:
+        card = {
+            "id": self.model_path,
+            "object": "model",
+            "created": int(self._started_at),
+            "owned_by": "sglang",
+            "root": self.model_path,
+            "parent": None,
+            "max_model_len": self.context_length,
+        }
+        return json_response({"object": "list", "data": [card]})
+
+    async def _flush_cache(self, request: Request, conn: Connection, received: float) -> AnyResponse:
+        if self._flights:
+            return text_response(FLUSH_BUSY, 400)
+        with self._lock:
+            self._cache.clear()
+        return text_response(FLUSH_OK)
+
+    def _abort_flights(self, rid: str | None, abort_all: bool) -> None:
+        for flight in self._flights:
+            if abort_all or flight.rid == rid:
+                flight.aborted.set()
+
+    async def _abort_request(self, request: Request, conn: Connection, received: float) -> AnyResponse:
+        body = _parse_body(request.body)
+        rid = body.get("rid") if isinstance(body, dict) else None
+        abort_all = bool(body.get("abort_all")) if isinstance(body, dict) else False
+        self._abort_flights(rid if isinstance(rid, str) else None, abort_all)
+        return empty_response(200)
+
+    async def _pause_generation(self, request: Request, conn: Connection, received: float) -> AnyResponse:
+        body = _parse_body(request.body)
+        mode = body.get("mode", "abort") if isinstance(body, dict) else "abort"
+        if self._running_event is not None:
+            self._running_event.clear()
+        if mode == "abort":
+            self._abort_flights(None, True)
+        return json_response({"message": "Generation paused successfully.", "status": "ok"})
+
+    async def _continue_generation(self, request: Request, conn: Connection, received: float) -> AnyResponse:
+        if self._running_event is not None:
+            self._running_event.set()
+        return json_response({"message": "Generation continued successfully.", "status": "ok"})
+
+    # -- /generate -------------------------------------------------------------------------------------------------
+
+    async def _generate(self, request: Request, conn: Connection, received: float) -> AnyResponse:
+        record = EngineRecord(
+            rid=None,
+            path=request.path,
+            method=request.method,
+            request=_parse_body(request.body),
+            status=0,
+            response=None,
+            received_at=received,
+        )
+        try:
+            generate = self._parse(request)
+        except ProtocolError as exc:
+            return self._reject(record, exc, exc.stream)
+        record.rid = generate.rid
+        try:
+            return await self._run(generate, record, conn, received)
+        except ProtocolError as exc:
+            return self._reject(record, exc, generate.stream)
+
+    def _parse(self, request: Request) -> GenerateRequest:
+        if not request.body:
+            raise fastapi_error([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+        try:
+            body = json.loads(request.body)
+        except ValueError as exc:
+            error: dict[str, Any] = {"type": "json_invalid", "loc": ("body", 0), "msg": "JSON decode error"}
+            if isinstance(exc, json.JSONDecodeError):
+                error["loc"] = ("body", exc.pos)
+                error["ctx"] = {"error": exc.msg}
+            error["input"] = {}
+            raise fastapi_error([error]) from None
+        return parse_generate_request(body)
+
+    def _reject(self, record: EngineRecord, exc: ProtocolError, stream: bool) -> AnyResponse:
+        if stream and exc.stage == "value":
+            events = [sse_error_event(exc.message)]
+            record.status = 200
+            record.response = [*events, "[DONE]"]
+            self._record(record)
+            return StreamResponse(_iterate([*(_sse(event) for event in events), _SSE_DONE]))
+        record.status = exc.status
+        record.response = exc.body
+        self._record(record)
+        return json_response(exc.body, exc.status)
+
+    def _encode_prompt(self, generate: GenerateRequest) -> list[int]:
+        if generate.input_ids is not None:
+            return generate.input_ids
+        return list(self.tokenizer.encode(generate.text or ""))
+
+    def _validate(self, generate: GenerateRequest, prompt: list[int]) -> int:
+        """Run SGLang's length/sampling/scheduler checks; return the effective max_new_tokens."""
+        if not prompt:
+            raise value_error("input_ids cannot be empty.")
+        if any(token < 0 or token >= self.vocab_size for token in prompt):
+            raise value_error(
+                f"The input_ids {prompt} contains values greater than the vocab size ({self.vocab_size})."
+            )
+        prompt_tokens = len(prompt)
+        if prompt_tokens >= self.context_length:
+            raise value_error(input_too_long_message(prompt_tokens, self.context_length))
+        requested = generate.sampling.max_new_tokens
+        # SGLang's check is ">=" although its message says "exceeds".
+        if requested is not None and requested + prompt_tokens >= self.context_length:
+            raise value_error(requested_too_many_message(prompt_tokens, requested, self.context_length))
+        verify_sampling_params(generate.sampling)
+        if generate.logprob_start_len > prompt_tokens:
+            raise value_error(logprob_start_len_message(generate.logprob_start_len, prompt_tokens))
+        if prompt_tokens >= self.max_req_input_len:
+            raise value_error(scheduler_input_length_message(prompt_tokens, self.max_req_input_len))
+        if self.routed_experts is not None and generate.return_routed_experts:
+            start = generate.routed_experts_start_len
+            if not 0 <= start <= prompt_tokens:
+                raise value_error(
+                    f"routed_experts_start_len={start} is out of range: it must be in [0, {prompt_tokens}] "
+                    f"(the number of input tokens)."
+                )
+        wanted = requested if requested is not None else DEFAULT_MAX_NEW_TOKENS
+        return min(wanted, self.max_req_len - prompt_tokens - 1)
+
+    # -- conversations ---------------------------------------------------------------------------------------------
+
+    def _assign(self, prompt: list[int]) -> tuple[_Conversation, Step | None, bool]:
+        """Attribute the request to a conversation and pop its next step (caller holds the lock)."""
+        best: _Conversation | None = None
+        for conversation in self._conversations:
+            history = conversation.history
+            if len(history) > len(prompt) or prompt[: len(history)] != history:
+                continue
+            if best is None or (len(history), -conversation.busy) > (len(best.history), -best.busy):
+                best = conversation
+        if best is None:
+            best = self._new_conversation(prompt)
+        best.busy += 1
+        if best.steps:
+            return best, best.steps.popleft(), False
+        return best, self.default, True
+
+    def _new_conversation(self, prompt: list[int]) -> _Conversation:
+        decoded: str | None = None
+        chosen: int | None = None
+        for index, script in enumerate(self._scripts):
+            if self._script_taken[index]:
+                continue
+            if script.match is not None:
+                if decoded is None:
+                    decoded = self._decode(prompt, skip_special_tokens=False)
+                if script.match not in decoded:
+                    continue
+            chosen = index
+            break
+        steps: deque[Step] = deque()
+        if chosen is not None:
+            self._script_taken[chosen] = True
+            steps.extend(self._scripts[chosen].expanded())
+        conversation = _Conversation(len(self._conversations), list(prompt), chosen, steps)
+        self._conversations.append(conversation)
+        return conversation
+
+    def _cached_tokens(self, generate: GenerateRequest, prompt: list[int]) -> int:
+        """Longest prefix shared with earlier sequences, capped like SGLang's radix-cache reuse (caller holds lock)."""
+        best = 0
+        for sequence in self._cache:
+            limit = min(len(sequence), len(prompt))
+            common = 0
+            while common < limit and sequence[common] == prompt[common]:
+                common += 1
+            best = max(best, common)
+        cap = len(prompt) - 1
+        if generate.return_logprob and generate.logprob_start_len >= 0:
+            cap = min(cap, generate.logprob_start_len)
+        return max(0, min(best, cap))
+
+    def _remember(self, sequence: list[int]) -> None:
+        """Add a token sequence to the prefix cache, dropping entries it extends (caller holds the lock)."""
+        if not sequence:
+            return
+        kept = []
+        for existing in self._cache:
+            if len(existing) <= len(sequence) and sequence[: len(existing)] == existing:
+                continue
+            if len(existing) >= len(sequence) and existing[: len(sequence)] == sequence:
+                return
+            kept.append(existing)
+        kept.append(list(sequence))
+        self._cache = kept
+
+    # -- token helpers ---------------------------------------------------------------------------------------------
+
+    def _decode(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def _reply_ids(self, reply: Reply) -> list[int]:
+        if reply.ids is not None:
+            return list(reply.ids)
+        ids = list(self.tokenizer.encode(reply.text, add_special_tokens=False)) if reply.text else []
+        if reply.eos and self.eos_token_ids:
+            ids.append(self.eos_token_ids[0])
+        return ids
+
+    def _apply_stops(self, ids: Sequence[int], sampling: SamplingParams, max_new: int) -> _Outcome:
+        """Cut the scripted ids the way SGLang's ``check_finished`` would: length first, then stop ids, then strings."""
+        if max_new <= 0:
+            return _Outcome([], finish_length(max(max_new, 0)))
+        stop_ids = set() if sampling.ignore_eos else {*sampling.stop_token_ids, *self.eos_token_ids}
+        out: list[int] = []
+        for token in ids:
+            out.append(token)
+            if len(out) >= max_new:
+                return _Outcome(out, finish_length(max_new))
+            if token in stop_ids:
+                return _Outcome(out, finish_stop(token))
+            if sampling.stop:
+                decoded = self._decode(out, skip_special_tokens=False)
+                for stop in sampling.stop:
+                    if stop in decoded:
+                        return _Outcome(out, finish_stop(stop))
+        # A script that runs out without a stop condition looks like a model that hit the cap.
+        return _Outcome(out, finish_length(max_new))
+
+    def _final_text(self, out: list[int], finish: dict[str, Any] | None, sampling: SamplingParams) -> str:
+        """``detokenizer_manager.trim_matched_stop`` applied to the decoded output."""
+        matched = finish.get("matched") if finish is not None and finish.get("type") == "stop" else None
+        trim = not sampling.no_stop_trim
+        ids = out
+        # SGLang tests `if not matched`, so a matched token id 0 is (quirkily) never trimmed.
+        if trim and isinstance(matched, int) and not isinstance(matched, bool) and matched and out:
+            ids = out[:-1]
+        text = self._decode(ids, skip_special_tokens=sampling.skip_special_tokens)
+        if trim and isinstance(matched, str) and matched:
+            position = text.find(matched)
+            if position != -1:
+                text = text[:position]
+        return text
+
+    def _token_text(self, token: int, with_text: bool) -> str | None:
+        return self._decode([token], skip_special_tokens=False) if with_text else None
+
+    def _top_entries(self, position: int, actual: int, count: int, with_text: bool) -> list[list[Any]]:
+        candidates = {actual}
+        step = 1
+        while len(candidates) < count + 1 and step < 4 * count + 8:
+            candidates.add((actual + step * 7919) % self.vocab_size)
+            step += 1
+        scored = sorted(((token_logprob(token, position), token) for token in candidates), reverse=True)[:count]
+        return [[logprob, token, self._token_text(token, with_text)] for logprob, token in scored]
+
+    def _ids_entries(self, position: int, ids: Sequence[int], with_text: bool) -> list[list[Any]]:
+        return [[token_logprob(token, position), token, self._token_text(token, with_text)] for token in ids]
+
+    # -- response bodies -------------------------------------------------------------------------------------------
+
+    def _input_logprob_fields(self, generate: GenerateRequest, prompt: list[int]) -> dict[str, list[Any]]:
+        with_text = generate.return_text_in_logprobs
+        start = generate.logprob_start_len
+        positions = range(start, len(prompt)) if start >= 0 else range(0)
+        fields: dict[str, list[Any]] = {
+            "input_token_logprobs": [
+                [None if j == 0 else token_logprob(prompt[p], p), prompt[p], self._token_text(prompt[p], with_text)]
+                for j, p in enumerate(positions)
+            ]
+        }
+        if generate.top_logprobs_num > 0:
+            fields["input_top_logprobs"] = [
+                None if j == 0 else self._top_entries(p, prompt[p], generate.top_logprobs_num, with_text)
+                for j, p in enumerate(positions)
+            ]
+        if generate.token_ids_logprob is not None:
+            fields["input_token_ids_logprobs"] = [
+                None if j == 0 else self._ids_entries(p, generate.token_ids_logprob, with_text)
+                for j, p in enumerate(positions)
+            ]
+        return fields
+
+    def _body(
+        self,
+        generate: GenerateRequest,
+        prompt: list[int],
+        out: list[int],
+        finish: dict[str, Any] | None,
+        cached: int,
+        received: float,
+        *,
+        text: str,
+        input_fields: dict[str, list[Any]] | None,
+    ) -> dict[str, Any]:
+        """One ``/generate`` response object (or cumulative stream chunk when ``finish`` is None)."""
+        meta: dict[str, Any] = {
+            "id": generate.rid,
+            "finish_reason": finish,
+            "prompt_tokens": len(prompt),
+            "weight_version": "default",
+            "num_retractions": 0,
+        }
+        if generate.return_logprob:
+            with_text = generate.return_text_in_logprobs
+            base = len(prompt)
+            inputs = input_fields or {}
+            meta["input_token_logprobs"] = inputs.get("input_token_logprobs", [])
+            meta["output_token_logprobs"] = [
+                [token_logprob(token, base + i), token, self._token_text(token, with_text)]
+                for i, token in enumerate(out)
+            ]
+            meta["output_token_logprobs_length"] = len(out)
+            if generate.top_logprobs_num > 0:
+                meta["input_top_logprobs"] = inputs.get("input_top_logprobs", [])
+                meta["output_top_logprobs"] = [
+                    self._top_entries(base + i, token, generate.top_logprobs_num, with_text)
+                    for i, token in enumerate(out)
+                ]
+            if generate.token_ids_logprob is not None:
+                meta["input_token_ids_logprobs"] = inputs.get("input_token_ids_logprobs", [])
+                meta["output_token_ids_logprobs"] = [
+                    self._ids_entries(base + i, generate.token_ids_logprob, with_text) for i in range(len(out))
+                ]
+        meta["reasoning_tokens"] = 0
+        meta["completion_tokens"] = len(out)
+        meta["cached_tokens"] = cached
+        meta["cached_tokens_details"] = None
+        if finish is not None and self.routed_experts is not None and generate.return_routed_experts:
+            num_layers, top_k, num_experts = self.routed_experts
+            array = routed_experts_for(prompt + out, generate.routed_experts_start_len, num_layers, top_k, num_experts)
+            meta["routed_experts"] = encode_routed_experts(array)
+        meta["dp_rank"] = 0
+        if finish is not None:
+            now = time.time()
+            meta["e2e_latency"] = now - received
+            meta["response_sent_to_client_ts"] = now
+        body: dict[str, Any] = {"text": text, "output_ids": list(out), "meta_info": meta}
+        if generate.return_prompt_token_ids:
+            body["prompt_token_ids"] = list(prompt)
+        return body
+
+    def _bodies(
+        self, generate: GenerateRequest, prompt: list[int], outcome: _Outcome, cached: int, received: float
+    ) -> list[dict[str, Any]]:
+        """The final body, preceded by the cumulative unfinished chunks when streaming."""
+        input_fields = self._input_logprob_fields(generate, prompt) if generate.return_logprob else None
+        bodies: list[dict[str, Any]] = []
+        if generate.stream:
+            previous = ""
+            for size in range(1, len(outcome.out)):
+                partial = outcome.out[:size]
+                text = self._decode(partial, skip_special_tokens=generate.sampling.skip_special_tokens)
+                if text.endswith("\ufffd"):
+                    text = previous  # the detokenizer holds back an incomplete UTF-8 sequence
+                previous = text
+                bodies.append(
+                    self._body(generate, prompt, partial, None, cached, received, text=text, input_fields=input_fields)
+                )
+        text = self._final_text(outcome.out, outcome.finish, generate.sampling)
+        bodies.append(
+            self._body(
+                generate, prompt, outcome.out, outcome.finish, cached, received, text=text, input_fields=input_fields
+            )
+        )
+        return bodies
+
+    # -- the request lifecycle -------------------------------------------------------------------------------------
+
+    async def _wait(self, delay: float, conn: Connection, flight: _Flight) -> Literal["done", "aborted"]:
+        """Wait out ``delay`` (and any pause); raise _Disconnected if the client leaves, report an abort."""
+        assert self._running_event is not None
+        deadline = asyncio.get_running_loop().time() + delay
+        while True:
+            if conn.disconnected.is_set():
+                raise _Disconnected
+            if flight.aborted.is_set():
+                return "aborted"
+            remaining = deadline - asyncio.get_running_loop().time()
+            if self._running_event.is_set() and remaining <= 0:
+                return "done"
+            waiters = [
+                asyncio.ensure_future(conn.disconnected.wait()),
+                asyncio.ensure_future(flight.aborted.wait()),
+            ]
+            if not self._running_event.is_set():
+                waiters.append(asyncio.ensure_future(self._running_event.wait()))
+            try:
+                await asyncio.wait(
+                    waiters,
+                    timeout=remaining if self._running_event.is_set() else None,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                for waiter in waiters:
+                    waiter.cancel()
+
+    async def _run(
+        self, generate: GenerateRequest, record: EngineRecord, conn: Connection, received: float
+    ) -> AnyResponse:
+        prompt = self._encode_prompt(generate)
+        record.input_ids = list(prompt)
+        max_new = self._validate(generate, prompt)
+
+        flight = _Flight(generate.rid)
+        self._flights.add(flight)
+        conversation: _Conversation | None = None
+        try:
+            # A paused server holds requests before they are scheduled.
+            assert self._running_event is not None
+            if not self._running_event.is_set() and await self._wait(0.0, conn, flight) == "aborted":
+                outcome = _Outcome([], finish_abort(), success=False)
+                return self._respond(generate, record, prompt, outcome, 0, received, None)
+            with self._lock:
+                conversation, step, unscripted = self._assign(prompt)
+                cached = self._cached_tokens(generate, prompt)
+            record.conversation = conversation.index
+            record.script = conversation.script
+            record.unscripted = unscripted
+            record.cached_tokens = cached
+            if isinstance(step, Fault):
+                record.fault = step.label
+            status = "done"
+            delay = step.delay if step is not None else 0.0
+            if delay > 0 or flight.aborted.is_set():
+                status = await self._wait(delay, conn, flight)
+            if status == "aborted":
+                outcome = _Outcome([], finish_abort(), success=False)
+                return self._respond(generate, record, prompt, outcome, cached, received, conversation)
+            return self._answer(generate, record, prompt, step, max_new, cached, received, conversation)
+        except _Disconnected:
+            record.status = DISCONNECTED_STATUS
+            record.disconnected = True
+            with self._lock:
+                if conversation is not None:
+                    conversation.history = list(prompt)
+                self._remember(prompt)
+            self._record(record)
+            return RawResponse(b"")
+        finally:
+            self._flights.discard(flight)
+            if conversation is not None:
+                with self._lock:
+                    conversation.busy -= 1
+
+    def _answer(
+        self,
+        generate: GenerateRequest,
+        record: EngineRecord,
+        prompt: list[int],
+        step: Step | None,
+        max_new: int,
+        cached: int,
+        received: float,
+        conversation: _Conversation,
+    ) -> AnyResponse:
+        if step is None:
+            raise value_error(NO_SCRIPT_MESSAGE)
+        if isinstance(step, Reply):
+            outcome = self._apply_stops(self._reply_ids(step), generate.sampling, max_new)
+            if step.finish is not None:
+                outcome.finish = dict(step.finish)
+            return self._respond(generate, record, prompt, outcome, cached, received, conversation)
+        with self._lock:
+            conversation.history = list(prompt)
+        if step.kind == "http":
+            status = step.status or 503
+            body = http_fault_body(status, step.message)
+            headers = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
+            record.status, record.response = status, body
+            self._record(record)
+            return json_response(body, status, headers)
+        if step.kind == "context_overflow":
+            raise value_error(self._overflow_message(step, generate, len(prompt)))
+        if step.kind == "abort":
+            message = step.message or "Aborted"
+            if step.status is None:
+                partial = self._reply_ids(step.reply) if step.reply is not None else []
+                outcome = _Outcome(partial[: max(max_new, 0)], finish_abort(message), success=False)
+                return self._respond(generate, record, prompt, outcome, cached, received, conversation)
+            if step.status == 400:
+                raise value_error(message)
+            body = object_error_body(message, step.status, str(step.status))
+            record.status, record.response = step.status, body
+            self._record(record)
+            return json_response(body, step.status)
+        reply = step.reply or DEFAULT_REPLY
+        outcome = self._apply_stops(self._reply_ids(reply), generate.sampling, max_new)
+        outcome.success = False
+        return self._respond(generate, record, prompt, outcome, cached, received, conversation, malformed=step)
+
+    def _overflow_message(self, fault: Fault, generate: GenerateRequest, prompt_tokens: int) -> str:
+        if fault.variant == "total":
+            requested = generate.sampling.max_new_tokens
+            wanted = requested if requested is not None else DEFAULT_MAX_NEW_TOKENS
+            return requested_too_many_message(prompt_tokens, wanted, self.context_length)
+        if fault.variant == "scheduler":
+            return scheduler_input_length_message(prompt_tokens, self.max_req_input_len)
+        return input_too_long_message(prompt_tokens, self.context_length)
+
+    def _respond(
+        self,
+        generate: GenerateRequest,
+        record: EngineRecord,
+        prompt: list[int],
+        outcome: _Outcome,
+        cached: int,
+        received: float,
+        conversation: _Conversation | None,
+        malformed: Fault | None = None,
+    ) -> AnyResponse:
+        """Build, record and return a 200 answer (plain JSON or SSE), broken as ``malformed`` asks."""
+        out = outcome.out
+        base = len(prompt)
+        record.output_ids = list(out)
+        record.output_logprobs = [token_logprob(token, base + i) for i, token in enumerate(out)]
+        with self._lock:
+            if conversation is not None:
+                conversation.history = list(prompt) + list(out) if outcome.success else list(prompt)
+            self._remember(list(prompt) + list(out))
+
+        bodies = self._bodies(generate, prompt, outcome, cached, received)
+        kind = malformed.malformed_kind if malformed is not None else None
+        allow_nan = kind == "nan_logprob"
+        if kind is not None:
+            for body in bodies:
+                self._malform(kind, body, generate, prompt)
+
+        record.status = 200
+        if not generate.stream:
+            body = bodies[-1]
+            if kind == "non_json":
+                record.response = _NON_JSON_BODY
+                self._record(record)
+                return Response(200, _NON_JSON_BODY.encode(), "application/json")
+            response = json_response(body, 200, allow_nan=allow_nan)
+            if kind == "truncated_body":
+                half = response.body[: len(response.body) // 2]
+                record.response = half.decode("utf-8", errors="replace")
+                self._record(record)
+                head = (
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    f"content-length: {len(response.body)}\r\nserver: strands-tito-engine\r\n\r\n"
+                ).encode()
+                return RawResponse(head + half)
+            record.response = json.loads(response.body)
+            self._record(record)
+            return response
+
+        if kind == "non_json":
+            chunks = [f"data: {_NON_JSON_BODY}\n\n".encode() for _ in bodies] + [_SSE_DONE]
+            record.response = [_NON_JSON_BODY for _ in bodies] + ["[DONE]"]
+        else:
+            chunks = [_sse(body, allow_nan=allow_nan) for body in bodies] + [_SSE_DONE]
+            record.response = [*bodies, "[DONE]"]
+        if kind == "truncated_body":
+            data = b"".join(chunks)
+            half = data[: len(data) // 2]
+            record.response = half.decode("utf-8", errors="replace")
+            self._record(record)
+            head = (
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                b"transfer-encoding: chunked\r\nserver: strands-tito-engine\r\n\r\n"
+            )
+            return RawResponse(head + b"%x\r\n%b\r\n" % (len(half), half))
+        self._record(record)
+        return StreamResponse(_iterate(chunks))
+
+    def _malform(self, kind: str, body: dict[str, Any], generate: GenerateRequest, prompt: list[int]) -> None:
+        meta = body["meta_info"]
+        out: list[int] = body["output_ids"]
+        entries = meta.get("output_token_logprobs")
+        if entries is None:
+            base = len(prompt)
+            entries = [[token_logprob(token, base + i), token, None] for i, token in enumerate(out)]
+        if kind == "missing_output_ids":
+            del body["output_ids"]
+        elif kind == "logprobs_wrong_length":
+            meta["output_token_logprobs"] = entries[:-1] if entries else [[-0.5, 0, None]]
+        elif kind == "nan_logprob":
+            entries = [list(entry) for entry in entries] or [
+                [0.0, self.eos_token_ids[0] if self.eos_token_ids else 0, None]
+            ]
+            entries[0][0] = float("nan")
+            meta["output_token_logprobs"] = entries
+        elif kind == "missing_meta_info":
+            del body["meta_info"]
+        elif kind == "wrong_types":
+            body["output_ids"] = json.dumps(out)
+            meta["completion_tokens"] = str(meta["completion_tokens"])
