@@ -8,7 +8,24 @@ Typical use::
     with LocalEngine(load_tokenizer("qwen3"), scripts=[Script([Fault.http(503), Reply(text="Hi!")])]) as engine:
         ...  # talk to engine.base_url + "/generate", then inspect engine.records
 
-or from a shell: ``python -m strands_tito.engine --port 0 --script script.json``.
+or from a shell: ``python -m strands_tito.engine --port 0 --tokenizer tiny --script script.json``.
+
+It mirrors SGLang 0.5.23's ``/generate`` (request validation and the three 400 body shapes, ``meta_info``,
+finish reasons, ``logprob_start_len``, prefix-cache ``cached_tokens``, routed experts, SSE) and the info/health/cache
+endpoints.  Deliberate differences from a real server:
+
+* batch requests (``input_ids`` as a list of lists, ``text`` lists, per-item lists, ``n > 1``) get 400
+  ``"batch not supported by strands-tito engine"``; ``input_embeds`` and multimodal data are rejected the same way;
+* grammars (``json_schema``, ``regex``, ...), penalties, ``min_new_tokens``, LoRA, hidden states and ``stop_regex``
+  are validated where SGLang validates them but otherwise ignored -- the script decides the tokens;
+* FastAPI-level type checks are strict (``"5"`` for an int is rejected; pydantic would coerce it) and the error
+  text is pydantic-like rather than byte-identical;
+* a scripted reply that ends without a stop token reports ``{"type": "length", "length": max_new_tokens}``;
+* HTTP faults (503, 429, ...) and aborts with a status are plain HTTP errors even when ``stream`` is true;
+* in streaming mode every output token is its own cumulative chunk, and a slow reply waits before the first one;
+* the routed-expert ids and logprobs are synthetic (see :func:`routed_experts_for`, :func:`token_logprob`);
+* ``/abort_request`` ends a pending slow reply with the running-request abort body; ``/pause_generation`` holds new
+  requests until ``/continue_generation`` (mode ``abort`` also aborts pending ones).
 """
 
 from .protocol import routed_experts_for, token_logprob

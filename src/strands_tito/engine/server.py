@@ -15,7 +15,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any, Final, Literal
 
 from transformers import PreTrainedTokenizerBase
 
+from .conversations import Conversation, ConversationTracker
 from .http import (
     DEFAULT_MAX_BODY,
     AnyResponse,
@@ -37,23 +37,19 @@ from .http import (
     json_response,
     text_response,
 )
+from .outputs import Outcome, OutputBuilder
 from .protocol import (
     DEFAULT_MAX_NEW_TOKENS,
     GenerateRequest,
     ProtocolError,
-    SamplingParams,
-    encode_routed_experts,
     fastapi_error,
     finish_abort,
-    finish_length,
-    finish_stop,
     http_fault_body,
     input_too_long_message,
     logprob_start_len_message,
     object_error_body,
     parse_generate_request,
     requested_too_many_message,
-    routed_experts_for,
     scheduler_input_length_message,
     sse_error_event,
     token_logprob,
@@ -123,24 +119,6 @@ class EngineRecord:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of all fields."""
         return dataclasses.asdict(self)
-
-
-@dataclass
-class _Conversation:
-    index: int
-    history: list[int]
-    script: int | None
-    steps: deque[Step]
-    busy: int = 0
-
-
-@dataclass
-class _Outcome:
-    """What one /generate request produced."""
-
-    out: list[int] = field(default_factory=list)
-    finish: dict[str, Any] | None = None
-    success: bool = True
 
 
 @dataclass(eq=False)
@@ -248,22 +226,19 @@ class LocalEngine:
         else:
             self.eos_token_ids = ()
         self.vocab_size = len(tokenizer)
+        self._outputs = OutputBuilder(tokenizer, self.eos_token_ids, routed_experts)
+        self._tracker = ConversationTracker(lambda ids: self._outputs.decode(ids, skip_special_tokens=False))
         # SGLang: max_req_len = context_len - 1 (ample KV cache assumed), max_req_input_len = max_req_len - 5.
         self.max_req_len = context_length - 1
         self.max_req_input_len = self.max_req_len - 5
 
-        self._lock = threading.Lock()
-        self._scripts: list[Script] = []
-        self._script_taken: list[bool] = []
-        self._conversations: list[_Conversation] = []
-        self._cache: list[list[int]] = []
+        self._records_lock = threading.Lock()
         self._records: list[EngineRecord] = []
         self._flights: set[_Flight] = set()
         self._running_event: asyncio.Event | None = None
         self._server = HttpServer(self._dispatch, max_body=max_body, server_name="strands-tito-engine")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
-        self._stop_future: asyncio.Future[None] | None = None
         self._started_at = time.time()
         for script in scripts or ():
             self.add_script(script)
@@ -296,9 +271,7 @@ class LocalEngine:
 
     def add_script(self, script: Script) -> None:
         """Add a script for future conversations; safe to call from any thread while the engine runs."""
-        with self._lock:
-            self._scripts.append(script)
-            self._script_taken.append(False)
+        self._tracker.add_script(script)
 
     @property
     def base_url(self) -> str:
@@ -309,7 +282,7 @@ class LocalEngine:
     @property
     def records(self) -> list[EngineRecord]:
         """A snapshot of all records so far, oldest first."""
-        with self._lock:
+        with self._records_lock:
             return list(self._records)
 
     def generate_records(self) -> list[EngineRecord]:
@@ -333,8 +306,7 @@ class LocalEngine:
         try:
             if on_ready is not None:
                 on_ready(self)
-            self._stop_future = asyncio.get_running_loop().create_future()
-            await self._stop_future
+            await asyncio.Event().wait()  # until cancelled
         finally:
             await self._close()
 
@@ -395,7 +367,7 @@ class LocalEngine:
     # -- records ---------------------------------------------------------------------------------------------------
 
     def _record(self, record: EngineRecord) -> None:
-        with self._lock:
+        with self._records_lock:
             self._records.append(record)
             if self.record_path is not None:
                 try:
@@ -409,13 +381,16 @@ class LocalEngine:
     async def _dispatch(self, request: Request, conn: Connection) -> AnyResponse:
         received = time.time()
         methods = self._routes.get(request.path)
+        method = request.method
+        if methods is not None and method == "HEAD" and "GET" in methods:
+            method = "GET"  # Starlette serves HEAD on every GET route; the HTTP layer drops the body
         if methods is None:
             response: AnyResponse = json_response({"detail": "Not Found"}, 404)
-        elif request.method not in methods:
+        elif method not in methods:
             allow = ", ".join(methods)
             response = json_response({"detail": "Method Not Allowed"}, 405, {"allow": allow})
         else:
-            response = await methods[request.method](request, conn, received)
+            response = await methods[method](request, conn, received)
             if request.path == "/generate":
                 return response  # /generate writes its own, richer record
         if isinstance(response, Response):
@@ -466,8 +441,7 @@ class LocalEngine:
         )
 
     async def _server_info(self, request: Request, conn: Connection, received: float) -> AnyResponse:
-        with self._lock:
-            running = sum(conversation.busy for conversation in self._conversations)
+        running = self._tracker.in_flight()
         return json_response(
             {
                 "model_path": self.model_path,
@@ -517,8 +491,7 @@ class LocalEngine:
     async def _flush_cache(self, request: Request, conn: Connection, received: float) -> AnyResponse:
         if self._flights:
             return text_response(FLUSH_BUSY, 400)
-        with self._lock:
-            self._cache.clear()
+        self._tracker.flush_cache()
         return text_response(FLUSH_OK)
 
     def _abort_flights(self, rid: str | None, abort_all: bool) -> None:
@@ -568,6 +541,12 @@ class LocalEngine:
             return await self._run(generate, record, conn, received)
         except ProtocolError as exc:
             return self._reject(record, exc, generate.stream)
+        except Exception as exc:  # a broken script or tokenizer: answer like an unhandled server error, keep a record
+            logger.exception("local engine failed on /generate")
+            body = {"error": {"message": f"strands-tito engine internal error: {exc!r}"}}
+            record.status, record.response = 500, body
+            self._record(record)
+            return json_response(body, 500)
 
     def _parse(self, request: Request) -> GenerateRequest:
         if not request.body:
@@ -630,244 +609,6 @@ class LocalEngine:
         wanted = requested if requested is not None else DEFAULT_MAX_NEW_TOKENS
         return min(wanted, self.max_req_len - prompt_tokens - 1)
 
-    # -- conversations ---------------------------------------------------------------------------------------------
-
-    def _assign(self, prompt: list[int]) -> tuple[_Conversation, Step | None, bool]:
-        """Attribute the request to a conversation and pop its next step (caller holds the lock)."""
-        best: _Conversation | None = None
-        for conversation in self._conversations:
-            history = conversation.history
-            if len(history) > len(prompt) or prompt[: len(history)] != history:
-                continue
-            if best is None or (len(history), -conversation.busy) > (len(best.history), -best.busy):
-                best = conversation
-        if best is None:
-            best = self._new_conversation(prompt)
-        best.busy += 1
-        if best.steps:
-            return best, best.steps.popleft(), False
-        return best, self.default, True
-
-    def _new_conversation(self, prompt: list[int]) -> _Conversation:
-        decoded: str | None = None
-        chosen: int | None = None
-        for index, script in enumerate(self._scripts):
-            if self._script_taken[index]:
-                continue
-            if script.match is not None:
-                if decoded is None:
-                    decoded = self._decode(prompt, skip_special_tokens=False)
-                if script.match not in decoded:
-                    continue
-            chosen = index
-            break
-        steps: deque[Step] = deque()
-        if chosen is not None:
-            self._script_taken[chosen] = True
-            steps.extend(self._scripts[chosen].expanded())
-        conversation = _Conversation(len(self._conversations), list(prompt), chosen, steps)
-        self._conversations.append(conversation)
-        return conversation
-
-    def _cached_tokens(self, generate: GenerateRequest, prompt: list[int]) -> int:
-        """Longest prefix shared with earlier sequences, capped like SGLang's radix-cache reuse (caller holds lock)."""
-        best = 0
-        for sequence in self._cache:
-            limit = min(len(sequence), len(prompt))
-            common = 0
-            while common < limit and sequence[common] == prompt[common]:
-                common += 1
-            best = max(best, common)
-        cap = len(prompt) - 1
-        if generate.return_logprob and generate.logprob_start_len >= 0:
-            cap = min(cap, generate.logprob_start_len)
-        return max(0, min(best, cap))
-
-    def _remember(self, sequence: list[int]) -> None:
-        """Add a token sequence to the prefix cache, dropping entries it extends (caller holds the lock)."""
-        if not sequence:
-            return
-        kept = []
-        for existing in self._cache:
-            if len(existing) <= len(sequence) and sequence[: len(existing)] == existing:
-                continue
-            if len(existing) >= len(sequence) and existing[: len(sequence)] == sequence:
-                return
-            kept.append(existing)
-        kept.append(list(sequence))
-        self._cache = kept
-
-    # -- token helpers ---------------------------------------------------------------------------------------------
-
-    def _decode(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
-        return str(self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
-
-    def _reply_ids(self, reply: Reply) -> list[int]:
-        if reply.ids is not None:
-            return list(reply.ids)
-        ids = list(self.tokenizer.encode(reply.text, add_special_tokens=False)) if reply.text else []
-        if reply.eos and self.eos_token_ids:
-            ids.append(self.eos_token_ids[0])
-        return ids
-
-    def _apply_stops(self, ids: Sequence[int], sampling: SamplingParams, max_new: int) -> _Outcome:
-        """Cut the scripted ids the way SGLang's ``check_finished`` would: length first, then stop ids, then strings."""
-        if max_new <= 0:
-            return _Outcome([], finish_length(max(max_new, 0)))
-        stop_ids = set() if sampling.ignore_eos else {*sampling.stop_token_ids, *self.eos_token_ids}
-        out: list[int] = []
-        for token in ids:
-            out.append(token)
-            if len(out) >= max_new:
-                return _Outcome(out, finish_length(max_new))
-            if token in stop_ids:
-                return _Outcome(out, finish_stop(token))
-            if sampling.stop:
-                decoded = self._decode(out, skip_special_tokens=False)
-                for stop in sampling.stop:
-                    if stop in decoded:
-                        return _Outcome(out, finish_stop(stop))
-        # A script that runs out without a stop condition looks like a model that hit the cap.
-        return _Outcome(out, finish_length(max_new))
-
-    def _final_text(self, out: list[int], finish: dict[str, Any] | None, sampling: SamplingParams) -> str:
-        """``detokenizer_manager.trim_matched_stop`` applied to the decoded output."""
-        matched = finish.get("matched") if finish is not None and finish.get("type") == "stop" else None
-        trim = not sampling.no_stop_trim
-        ids = out
-        # SGLang tests `if not matched`, so a matched token id 0 is (quirkily) never trimmed.
-        if trim and isinstance(matched, int) and not isinstance(matched, bool) and matched and out:
-            ids = out[:-1]
-        text = self._decode(ids, skip_special_tokens=sampling.skip_special_tokens)
-        if trim and isinstance(matched, str) and matched:
-            position = text.find(matched)
-            if position != -1:
-                text = text[:position]
-        return text
-
-    def _token_text(self, token: int, with_text: bool) -> str | None:
-        return self._decode([token], skip_special_tokens=False) if with_text else None
-
-    def _top_entries(self, position: int, actual: int, count: int, with_text: bool) -> list[list[Any]]:
-        candidates = {actual}
-        step = 1
-        while len(candidates) < count + 1 and step < 4 * count + 8:
-            candidates.add((actual + step * 7919) % self.vocab_size)
-            step += 1
-        scored = sorted(((token_logprob(token, position), token) for token in candidates), reverse=True)[:count]
-        return [[logprob, token, self._token_text(token, with_text)] for logprob, token in scored]
-
-    def _ids_entries(self, position: int, ids: Sequence[int], with_text: bool) -> list[list[Any]]:
-        return [[token_logprob(token, position), token, self._token_text(token, with_text)] for token in ids]
-
-    # -- response bodies -------------------------------------------------------------------------------------------
-
-    def _input_logprob_fields(self, generate: GenerateRequest, prompt: list[int]) -> dict[str, list[Any]]:
-        with_text = generate.return_text_in_logprobs
-        start = generate.logprob_start_len
-        positions = range(start, len(prompt)) if start >= 0 else range(0)
-        fields: dict[str, list[Any]] = {
-            "input_token_logprobs": [
-                [None if j == 0 else token_logprob(prompt[p], p), prompt[p], self._token_text(prompt[p], with_text)]
-                for j, p in enumerate(positions)
-            ]
-        }
-        if generate.top_logprobs_num > 0:
-            fields["input_top_logprobs"] = [
-                None if j == 0 else self._top_entries(p, prompt[p], generate.top_logprobs_num, with_text)
-                for j, p in enumerate(positions)
-            ]
-        if generate.token_ids_logprob is not None:
-            fields["input_token_ids_logprobs"] = [
-                None if j == 0 else self._ids_entries(p, generate.token_ids_logprob, with_text)
-                for j, p in enumerate(positions)
-            ]
-        return fields
-
-    def _body(
-        self,
-        generate: GenerateRequest,
-        prompt: list[int],
-        out: list[int],
-        finish: dict[str, Any] | None,
-        cached: int,
-        received: float,
-        *,
-        text: str,
-        input_fields: dict[str, list[Any]] | None,
-    ) -> dict[str, Any]:
-        """One ``/generate`` response object (or cumulative stream chunk when ``finish`` is None)."""
-        meta: dict[str, Any] = {
-            "id": generate.rid,
-            "finish_reason": finish,
-            "prompt_tokens": len(prompt),
-            "weight_version": "default",
-            "num_retractions": 0,
-        }
-        if generate.return_logprob:
-            with_text = generate.return_text_in_logprobs
-            base = len(prompt)
-            inputs = input_fields or {}
-            meta["input_token_logprobs"] = inputs.get("input_token_logprobs", [])
-            meta["output_token_logprobs"] = [
-                [token_logprob(token, base + i), token, self._token_text(token, with_text)]
-                for i, token in enumerate(out)
-            ]
-            meta["output_token_logprobs_length"] = len(out)
-            if generate.top_logprobs_num > 0:
-                meta["input_top_logprobs"] = inputs.get("input_top_logprobs", [])
-                meta["output_top_logprobs"] = [
-                    self._top_entries(base + i, token, generate.top_logprobs_num, with_text)
-                    for i, token in enumerate(out)
-                ]
-            if generate.token_ids_logprob is not None:
-                meta["input_token_ids_logprobs"] = inputs.get("input_token_ids_logprobs", [])
-                meta["output_token_ids_logprobs"] = [
-                    self._ids_entries(base + i, generate.token_ids_logprob, with_text) for i in range(len(out))
-                ]
-        meta["reasoning_tokens"] = 0
-        meta["completion_tokens"] = len(out)
-        meta["cached_tokens"] = cached
-        meta["cached_tokens_details"] = None
-        if finish is not None and self.routed_experts is not None and generate.return_routed_experts:
-            num_layers, top_k, num_experts = self.routed_experts
-            array = routed_experts_for(prompt + out, generate.routed_experts_start_len, num_layers, top_k, num_experts)
-            meta["routed_experts"] = encode_routed_experts(array)
-        meta["dp_rank"] = 0
-        if finish is not None:
-            now = time.time()
-            meta["e2e_latency"] = now - received
-            meta["response_sent_to_client_ts"] = now
-        body: dict[str, Any] = {"text": text, "output_ids": list(out), "meta_info": meta}
-        if generate.return_prompt_token_ids:
-            body["prompt_token_ids"] = list(prompt)
-        return body
-
-    def _bodies(
-        self, generate: GenerateRequest, prompt: list[int], outcome: _Outcome, cached: int, received: float
-    ) -> list[dict[str, Any]]:
-        """The final body, preceded by the cumulative unfinished chunks when streaming."""
-        input_fields = self._input_logprob_fields(generate, prompt) if generate.return_logprob else None
-        bodies: list[dict[str, Any]] = []
-        if generate.stream:
-            previous = ""
-            for size in range(1, len(outcome.out)):
-                partial = outcome.out[:size]
-                text = self._decode(partial, skip_special_tokens=generate.sampling.skip_special_tokens)
-                if text.endswith("\ufffd"):
-                    text = previous  # the detokenizer holds back an incomplete UTF-8 sequence
-                previous = text
-                bodies.append(
-                    self._body(generate, prompt, partial, None, cached, received, text=text, input_fields=input_fields)
-                )
-        text = self._final_text(outcome.out, outcome.finish, generate.sampling)
-        bodies.append(
-            self._body(
-                generate, prompt, outcome.out, outcome.finish, cached, received, text=text, input_fields=input_fields
-            )
-        )
-        return bodies
-
     # -- the request lifecycle -------------------------------------------------------------------------------------
 
     async def _wait(self, delay: float, conn: Connection, flight: _Flight) -> Literal["done", "aborted"]:
@@ -907,19 +648,21 @@ class LocalEngine:
 
         flight = _Flight(generate.rid)
         self._flights.add(flight)
-        conversation: _Conversation | None = None
+        conversation: Conversation | None = None
         try:
             # A paused server holds requests before they are scheduled.
             assert self._running_event is not None
             if not self._running_event.is_set() and await self._wait(0.0, conn, flight) == "aborted":
-                outcome = _Outcome([], finish_abort(), success=False)
+                outcome = Outcome([], finish_abort(), success=False)
                 return self._respond(generate, record, prompt, outcome, 0, received, None)
-            with self._lock:
-                conversation, step, unscripted = self._assign(prompt)
-                cached = self._cached_tokens(generate, prompt)
+            cap = len(prompt) - 1
+            if generate.return_logprob and generate.logprob_start_len >= 0:
+                cap = min(cap, generate.logprob_start_len)  # SGLang caps prefix reuse at logprob_start_len
+            assignment = self._tracker.assign(prompt, self.default, cap)
+            conversation, step, cached = assignment.conversation, assignment.step, assignment.cached_tokens
             record.conversation = conversation.index
             record.script = conversation.script
-            record.unscripted = unscripted
+            record.unscripted = assignment.unscripted
             record.cached_tokens = cached
             if isinstance(step, Fault):
                 record.fault = step.label
@@ -928,23 +671,19 @@ class LocalEngine:
             if delay > 0 or flight.aborted.is_set():
                 status = await self._wait(delay, conn, flight)
             if status == "aborted":
-                outcome = _Outcome([], finish_abort(), success=False)
+                outcome = Outcome([], finish_abort(), success=False)
                 return self._respond(generate, record, prompt, outcome, cached, received, conversation)
             return self._answer(generate, record, prompt, step, max_new, cached, received, conversation)
         except _Disconnected:
             record.status = DISCONNECTED_STATUS
             record.disconnected = True
-            with self._lock:
-                if conversation is not None:
-                    conversation.history = list(prompt)
-                self._remember(prompt)
+            self._tracker.finish(conversation, prompt, prompt)
             self._record(record)
             return RawResponse(b"")
         finally:
             self._flights.discard(flight)
             if conversation is not None:
-                with self._lock:
-                    conversation.busy -= 1
+                self._tracker.release(conversation)
 
     def _answer(
         self,
@@ -955,17 +694,16 @@ class LocalEngine:
         max_new: int,
         cached: int,
         received: float,
-        conversation: _Conversation,
+        conversation: Conversation,
     ) -> AnyResponse:
         if step is None:
             raise value_error(NO_SCRIPT_MESSAGE)
         if isinstance(step, Reply):
-            outcome = self._apply_stops(self._reply_ids(step), generate.sampling, max_new)
+            outcome = self._outputs.apply_stops(self._outputs.reply_ids(step), generate.sampling, max_new)
             if step.finish is not None:
                 outcome.finish = dict(step.finish)
             return self._respond(generate, record, prompt, outcome, cached, received, conversation)
-        with self._lock:
-            conversation.history = list(prompt)
+        self._tracker.finish(conversation, prompt, ())
         if step.kind == "http":
             status = step.status or 503
             body = http_fault_body(status, step.message)
@@ -978,8 +716,8 @@ class LocalEngine:
         if step.kind == "abort":
             message = step.message or "Aborted"
             if step.status is None:
-                partial = self._reply_ids(step.reply) if step.reply is not None else []
-                outcome = _Outcome(partial[: max(max_new, 0)], finish_abort(message), success=False)
+                partial = self._outputs.reply_ids(step.reply) if step.reply is not None else []
+                outcome = Outcome(partial[: max(max_new, 0)], finish_abort(message), success=False)
                 return self._respond(generate, record, prompt, outcome, cached, received, conversation)
             if step.status == 400:
                 raise value_error(message)
@@ -988,7 +726,7 @@ class LocalEngine:
             self._record(record)
             return json_response(body, step.status)
         reply = step.reply or DEFAULT_REPLY
-        outcome = self._apply_stops(self._reply_ids(reply), generate.sampling, max_new)
+        outcome = self._outputs.apply_stops(self._outputs.reply_ids(reply), generate.sampling, max_new)
         outcome.success = False
         return self._respond(generate, record, prompt, outcome, cached, received, conversation, malformed=step)
 
@@ -1006,10 +744,10 @@ class LocalEngine:
         generate: GenerateRequest,
         record: EngineRecord,
         prompt: list[int],
-        outcome: _Outcome,
+        outcome: Outcome,
         cached: int,
         received: float,
-        conversation: _Conversation | None,
+        conversation: Conversation | None,
         malformed: Fault | None = None,
     ) -> AnyResponse:
         """Build, record and return a 200 answer (plain JSON or SSE), broken as ``malformed`` asks."""
@@ -1017,17 +755,15 @@ class LocalEngine:
         base = len(prompt)
         record.output_ids = list(out)
         record.output_logprobs = [token_logprob(token, base + i) for i, token in enumerate(out)]
-        with self._lock:
-            if conversation is not None:
-                conversation.history = list(prompt) + list(out) if outcome.success else list(prompt)
-            self._remember(list(prompt) + list(out))
+        sequence = [*prompt, *out]
+        self._tracker.finish(conversation, sequence if outcome.success else prompt, sequence)
 
-        bodies = self._bodies(generate, prompt, outcome, cached, received)
+        bodies = self._outputs.bodies(generate, prompt, outcome, cached, received)
         kind = malformed.malformed_kind if malformed is not None else None
         allow_nan = kind == "nan_logprob"
         if kind is not None:
             for body in bodies:
-                self._malform(kind, body, generate, prompt)
+                self._outputs.malform(kind, body, prompt)
 
         record.status = 200
         if not generate.stream:
@@ -1068,26 +804,3 @@ class LocalEngine:
             return RawResponse(head + b"%x\r\n%b\r\n" % (len(half), half))
         self._record(record)
         return StreamResponse(_iterate(chunks))
-
-    def _malform(self, kind: str, body: dict[str, Any], generate: GenerateRequest, prompt: list[int]) -> None:
-        meta = body["meta_info"]
-        out: list[int] = body["output_ids"]
-        entries = meta.get("output_token_logprobs")
-        if entries is None:
-            base = len(prompt)
-            entries = [[token_logprob(token, base + i), token, None] for i, token in enumerate(out)]
-        if kind == "missing_output_ids":
-            del body["output_ids"]
-        elif kind == "logprobs_wrong_length":
-            meta["output_token_logprobs"] = entries[:-1] if entries else [[-0.5, 0, None]]
-        elif kind == "nan_logprob":
-            entries = [list(entry) for entry in entries] or [
-                [0.0, self.eos_token_ids[0] if self.eos_token_ids else 0, None]
-            ]
-            entries[0][0] = float("nan")
-            meta["output_token_logprobs"] = entries
-        elif kind == "missing_meta_info":
-            del body["meta_info"]
-        elif kind == "wrong_types":
-            body["output_ids"] = json.dumps(out)
-            meta["completion_tokens"] = str(meta["completion_tokens"])

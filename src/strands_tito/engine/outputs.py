@@ -1,0 +1,241 @@
+"""Turning scripted token ids into ``/generate`` response bodies the way SGLang 0.5.23 would shape them.
+
+Covers stop handling (``Req.check_finished`` order: length, stop ids, stop strings), text trimming
+(``trim_matched_stop``), logprob lists, routed experts, cumulative stream chunks and deliberate malformation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+from .protocol import (
+    GenerateRequest,
+    SamplingParams,
+    encode_routed_experts,
+    finish_length,
+    finish_stop,
+    routed_experts_for,
+    token_logprob,
+)
+from .script import MalformedKind, Reply
+
+__all__ = ["Outcome", "OutputBuilder"]
+
+
+@dataclass
+class Outcome:
+    """The tokens one request produced and how it finished; ``success`` False leaves the conversation history at
+    the prompt (faults, aborts)."""
+
+    out: list[int] = field(default_factory=list)
+    finish: dict[str, Any] | None = None
+    success: bool = True
+
+
+class OutputBuilder:
+    """Tokenizer-aware construction of ``/generate`` bodies."""
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        eos_token_ids: Sequence[int],
+        routed_experts: tuple[int, int, int] | None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.routed_experts = routed_experts
+        self.vocab_size = len(tokenizer)
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
+        """``tokenizer.decode`` as a plain ``str``."""
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def reply_ids(self, reply: Reply) -> list[int]:
+        """The token ids a reply emits before any stop handling."""
+        if reply.ids is not None:
+            return list(reply.ids)
+        ids = list(self.tokenizer.encode(reply.text, add_special_tokens=False)) if reply.text else []
+        if reply.eos and self.eos_token_ids:
+            ids.append(self.eos_token_ids[0])
+        return ids
+
+    def apply_stops(self, ids: Sequence[int], sampling: SamplingParams, max_new: int) -> Outcome:
+        """Cut ``ids`` the way SGLang's ``check_finished`` would: length first, then stop ids, then stop strings."""
+        if max_new <= 0:
+            return Outcome([], finish_length(max(max_new, 0)))
+        stop_ids = set() if sampling.ignore_eos else {*sampling.stop_token_ids, *self.eos_token_ids}
+        out: list[int] = []
+        for token in ids:
+            out.append(token)
+            if len(out) >= max_new:
+                return Outcome(out, finish_length(max_new))
+            if token in stop_ids:
+                return Outcome(out, finish_stop(token))
+            if sampling.stop:
+                decoded = self.decode(out, skip_special_tokens=False)
+                for stop in sampling.stop:
+                    if stop in decoded:
+                        return Outcome(out, finish_stop(stop))
+        # A script that runs out without a stop condition looks like a model that hit the cap.
+        return Outcome(out, finish_length(max_new))
+
+    def final_text(self, out: list[int], finish: dict[str, Any] | None, sampling: SamplingParams) -> str:
+        """``detokenizer_manager.trim_matched_stop`` applied to the decoded output."""
+        matched = finish.get("matched") if finish is not None and finish.get("type") == "stop" else None
+        trim = not sampling.no_stop_trim
+        ids = out
+        # SGLang tests `if not matched`, so a matched token id 0 is (quirkily) never trimmed.
+        if trim and isinstance(matched, int) and not isinstance(matched, bool) and matched and out:
+            ids = out[:-1]
+        text = self.decode(ids, skip_special_tokens=sampling.skip_special_tokens)
+        if trim and isinstance(matched, str) and matched:
+            position = text.find(matched)
+            if position != -1:
+                text = text[:position]
+        return text
+
+    # -- logprobs --------------------------------------------------------------------------------------------------
+
+    def _token_text(self, token: int, with_text: bool) -> str | None:
+        return self.decode([token], skip_special_tokens=False) if with_text else None
+
+    def _top_entries(self, position: int, actual: int, count: int, with_text: bool) -> list[list[Any]]:
+        candidates = {actual}
+        step = 1
+        while len(candidates) < count + 1 and step < 4 * count + 8:
+            candidates.add((actual + step * 7919) % self.vocab_size)
+            step += 1
+        scored = sorted(((token_logprob(token, position), token) for token in candidates), reverse=True)[:count]
+        return [[logprob, token, self._token_text(token, with_text)] for logprob, token in scored]
+
+    def _ids_entries(self, position: int, ids: Sequence[int], with_text: bool) -> list[list[Any]]:
+        return [[token_logprob(token, position), token, self._token_text(token, with_text)] for token in ids]
+
+    def _input_logprob_fields(self, generate: GenerateRequest, prompt: list[int]) -> dict[str, list[Any]]:
+        with_text = generate.return_text_in_logprobs
+        start = generate.logprob_start_len
+        positions = range(start, len(prompt)) if start >= 0 else range(0)
+        fields: dict[str, list[Any]] = {
+            "input_token_logprobs": [
+                [None if j == 0 else token_logprob(prompt[p], p), prompt[p], self._token_text(prompt[p], with_text)]
+                for j, p in enumerate(positions)
+            ]
+        }
+        if generate.top_logprobs_num > 0:
+            fields["input_top_logprobs"] = [
+                None if j == 0 else self._top_entries(p, prompt[p], generate.top_logprobs_num, with_text)
+                for j, p in enumerate(positions)
+            ]
+        if generate.token_ids_logprob is not None:
+            fields["input_token_ids_logprobs"] = [
+                None if j == 0 else self._ids_entries(p, generate.token_ids_logprob, with_text)
+                for j, p in enumerate(positions)
+            ]
+        return fields
+
+    # -- bodies ----------------------------------------------------------------------------------------------------
+
+    def _body(
+        self,
+        generate: GenerateRequest,
+        prompt: list[int],
+        out: list[int],
+        finish: dict[str, Any] | None,
+        cached: int,
+        received: float,
+        text: str,
+        input_fields: dict[str, list[Any]],
+    ) -> dict[str, Any]:
+        """One response object, or a cumulative stream chunk when ``finish`` is None."""
+        meta: dict[str, Any] = {
+            "id": generate.rid,
+            "finish_reason": finish,
+            "prompt_tokens": len(prompt),
+            "weight_version": "default",
+            "num_retractions": 0,
+        }
+        if generate.return_logprob:
+            with_text = generate.return_text_in_logprobs
+            base = len(prompt)
+            meta["input_token_logprobs"] = input_fields.get("input_token_logprobs", [])
+            meta["output_token_logprobs"] = [
+                [token_logprob(token, base + i), token, self._token_text(token, with_text)]
+                for i, token in enumerate(out)
+            ]
+            meta["output_token_logprobs_length"] = len(out)
+            if generate.top_logprobs_num > 0:
+                meta["input_top_logprobs"] = input_fields.get("input_top_logprobs", [])
+                meta["output_top_logprobs"] = [
+                    self._top_entries(base + i, token, generate.top_logprobs_num, with_text)
+                    for i, token in enumerate(out)
+                ]
+            if generate.token_ids_logprob is not None:
+                meta["input_token_ids_logprobs"] = input_fields.get("input_token_ids_logprobs", [])
+                meta["output_token_ids_logprobs"] = [
+                    self._ids_entries(base + i, generate.token_ids_logprob, with_text) for i in range(len(out))
+                ]
+        meta["reasoning_tokens"] = 0
+        meta["completion_tokens"] = len(out)
+        meta["cached_tokens"] = cached
+        meta["cached_tokens_details"] = None
+        if finish is not None and self.routed_experts is not None and generate.return_routed_experts:
+            num_layers, top_k, num_experts = self.routed_experts
+            array = routed_experts_for(prompt + out, generate.routed_experts_start_len, num_layers, top_k, num_experts)
+            meta["routed_experts"] = encode_routed_experts(array)
+        meta["dp_rank"] = 0
+        if finish is not None:
+            now = time.time()
+            meta["e2e_latency"] = now - received
+            meta["response_sent_to_client_ts"] = now
+        body: dict[str, Any] = {"text": text, "output_ids": list(out), "meta_info": meta}
+        if generate.return_prompt_token_ids:
+            body["prompt_token_ids"] = list(prompt)
+        return body
+
+    def bodies(
+        self, generate: GenerateRequest, prompt: list[int], outcome: Outcome, cached: int, received: float
+    ) -> list[dict[str, Any]]:
+        """The final body, preceded by one cumulative unfinished chunk per output token when streaming."""
+        input_fields = self._input_logprob_fields(generate, prompt) if generate.return_logprob else {}
+        bodies: list[dict[str, Any]] = []
+        if generate.stream:
+            previous = ""
+            for size in range(1, len(outcome.out)):
+                partial = outcome.out[:size]
+                text = self.decode(partial, skip_special_tokens=generate.sampling.skip_special_tokens)
+                if text.endswith("\ufffd"):
+                    text = previous  # the detokenizer holds back an incomplete UTF-8 sequence
+                previous = text
+                bodies.append(self._body(generate, prompt, partial, None, cached, received, text, input_fields))
+        text = self.final_text(outcome.out, outcome.finish, generate.sampling)
+        bodies.append(self._body(generate, prompt, outcome.out, outcome.finish, cached, received, text, input_fields))
+        return bodies
+
+    def malform(self, kind: MalformedKind, body: dict[str, Any], prompt: list[int]) -> None:
+        """Break ``body`` in place (the serialization-level kinds ``non_json``/``truncated_body`` are left alone)."""
+        meta = body["meta_info"]
+        out: list[int] = body["output_ids"]
+        entries = meta.get("output_token_logprobs")
+        if entries is None:
+            base = len(prompt)
+            entries = [[token_logprob(token, base + i), token, None] for i, token in enumerate(out)]
+        if kind == "missing_output_ids":
+            del body["output_ids"]
+        elif kind == "logprobs_wrong_length":
+            meta["output_token_logprobs"] = entries[:-1] if entries else [[-0.5, 0, None]]
+        elif kind == "nan_logprob":
+            eos = self.eos_token_ids[0] if self.eos_token_ids else 0
+            entries = [list(entry) for entry in entries] or [[0.0, eos, None]]
+            entries[0][0] = float("nan")
+            meta["output_token_logprobs"] = entries
+        elif kind == "missing_meta_info":
+            del body["meta_info"]
+        elif kind == "wrong_types":
+            body["output_ids"] = json.dumps(out)
+            meta["completion_tokens"] = str(meta["completion_tokens"])
