@@ -714,6 +714,18 @@ def test_sse_stream_is_cumulative(tiny: PreTrainedTokenizerBase, serve: Any) -> 
     assert engine.generate_records()[0].response == [*chunks, "[DONE]"]
 
 
+def test_faults_in_stream_mode(tiny: PreTrainedTokenizerBase, serve: Any) -> None:
+    steps: list[Any] = [Fault.malformed("truncated_body", text="ab"), Fault.context_overflow(), Fault.http(503)]
+    _, client = serve(tiny, Script(steps))
+    fields = {"stream": True}
+    with pytest.raises(httpx.RemoteProtocolError):
+        gen(client, [1, 2], **fields)
+    response = gen(client, [1, 2], **fields)
+    assert response.status_code == 200 and response.text.startswith('data: {"error":{"message":"The input (2')
+    assert response.text.endswith("data: [DONE]\n\n")
+    assert gen(client, [1, 2], **fields).status_code == 503
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # slow replies, disconnects, aborts
 # ----------------------------------------------------------------------------------------------------------------------

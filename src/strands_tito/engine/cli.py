@@ -32,13 +32,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--enable-return-routed-experts", action="store_true", help="emulate an MoE model that reports routed experts"
     )
-    parser.add_argument(
-        "--num-layers", type=int, default=4, help="MoE layers for routed experts (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--num-experts-per-tok", type=int, default=2, help="experts per token (top-k) (default: %(default)s)"
-    )
-    parser.add_argument("--num-experts", type=int, default=8, help="experts per layer (default: %(default)s)")
+    # Defaults are Qwen3-30B-A3B's shape.
+    parser.add_argument("--num-layers", type=int, default=48, help="MoE layers (default: %(default)s)")
+    parser.add_argument("--num-experts-per-tok", type=int, default=8, help="experts per token (default: %(default)s)")
+    parser.add_argument("--num-experts", type=int, default=128, help="experts per layer (default: %(default)s)")
     parser.add_argument("--record", metavar="FILE.jsonl", help="append every request/response record to this file")
     return parser
 

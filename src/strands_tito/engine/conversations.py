@@ -38,12 +38,19 @@ class Assignment:
     cached_tokens: int
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix; bisects with slice comparisons so long prompts stay cheap."""
     limit = min(len(a), len(b))
-    index = 0
-    while index < limit and a[index] == b[index]:
-        index += 1
-    return index
+    if a[:limit] == b[:limit]:
+        return limit
+    low, high = 0, limit  # invariant: a[:low] == b[:low] and a[:high] != b[:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 class ConversationTracker:
