@@ -17,11 +17,15 @@ from strands_tito.engine import Reply, Script
 from .conftest import generate_records
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-XML_CALL = "<tool_call>\n<function=calculator>\n<parameter=expression>\n25 * 17\n</parameter>\n</function>\n</tool_call>"
+XML_CALL = (
+    "<tool_call>\n<function=calculator>\n<parameter=expression>\n25 * 17\n</parameter>\n</function>\n</tool_call>"
+)
 HERMES_CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "25 * 17"}}\n</tool_call>'
 
 
-@pytest.mark.parametrize(("example", "call"), [("quickstart_client.py", XML_CALL), ("quickstart_base_url.py", HERMES_CALL)])
+@pytest.mark.parametrize(
+    ("example", "call"), [("quickstart_client.py", XML_CALL), ("quickstart_base_url.py", HERMES_CALL)]
+)
 def test_quickstart_examples(start_engine, qwen3, monkeypatch, capsys, example: str, call: str) -> None:  # type: ignore[no-untyped-def]
     # The examples talk to the usual SGLang port and load a hub tokenizer; serve both locally.
     engine = start_engine(Script(turns=[Reply(text=call), Reply(text="25 * 17 = 425")]), port=30000)
@@ -41,7 +45,9 @@ def test_quickstart_examples(start_engine, qwen3, monkeypatch, capsys, example: 
 
 def test_slime_generate_example(start_engine, qwen3, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     code_call = '<tool_call>\n{"name": "execute_python_code", "arguments": {"code": "print(6 * 7)"}}\n</tool_call>'
-    engine = start_engine(Script(turns=[Reply(text=code_call), Reply(text="The answer is \\boxed{42}.")]), routed_experts=(4, 2, 16))
+    engine = start_engine(
+        Script(turns=[Reply(text=code_call), Reply(text="The answer is \\boxed{42}.")]), routed_experts=(4, 2, 16)
+    )
     monkeypatch.syspath_prepend(str(EXAMPLES))
     module = runpy.run_path(str(EXAMPLES / "slime_generate.py"))
     sys.modules.pop("_slime_stubs", None)

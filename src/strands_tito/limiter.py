@@ -5,13 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from strands.hooks import HookProvider, HookRegistry, MessageAddedEvent
+from strands.types.exceptions import EventLoopException
 
 
-class ToolLimitReachedError(Exception):
-    """Base class: the agent loop was stopped by :class:`ToolLimiter`."""
+class ToolLimitReachedError(EventLoopException):
+    """Base class: the agent loop was stopped by :class:`ToolLimiter`.
+
+    It derives from Strands' ``EventLoopException`` so the agent re-raises it as it is instead of wrapping it.
+    """
 
     def __init__(self, message: str, count: int, limit: int) -> None:
-        super().__init__(message)
+        super().__init__(RuntimeError(message))
         self.count = count
         self.limit = limit
 

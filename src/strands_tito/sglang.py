@@ -278,7 +278,8 @@ class SGLangModel(Model):
         sampling_params = {"skip_special_tokens": False, **self.config.get("sampling_params", {})}
         limit = await self._context_limit()
         if limit is not None:
-            room = limit - len(input_ids)
+            # SGLang rejects prompt + max_new_tokens >= context length, so one position stays free.
+            room = limit - len(input_ids) - 1
             if room <= 0:
                 raise ContextWindowOverflowException(
                     f"prompt of {len(input_ids)} tokens leaves no room in the {limit}-token context window"
