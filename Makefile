@@ -8,9 +8,11 @@ setup:
 demo: setup
 	.venv/bin/strands-tito demo
 
+PY_PATHS := $(wildcard src tests examples benchmarks scripts)
+
 lint: setup
-	.venv/bin/ruff check src tests examples benchmarks scripts
-	.venv/bin/ruff format --check src tests examples benchmarks scripts
+	.venv/bin/ruff check $(PY_PATHS)
+	.venv/bin/ruff format --check $(PY_PATHS)
 	.venv/bin/mypy
 
 # Whole suite: lint, type check, tests.
