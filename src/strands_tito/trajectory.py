@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import base64
 import math
+import sys
+import uuid
+import zlib
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -112,6 +116,9 @@ class Trajectory:
     logprobs: list[float | None] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
+    trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    crc32: int = 0
+    """CRC-32 of ``token_ids`` as little-endian int32, kept as turns are added (spans carry it to detect gaps)."""
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -206,6 +213,7 @@ class Trajectory:
             routed_experts=routed_experts,
         )
         # Commit: nothing below can fail.
+        self.crc32 = zlib.crc32(pack_int32(prompt + output), self.crc32)
         self.token_ids.extend(prompt)
         self.token_ids.extend(output)
         self.loss_mask.extend([0] * len(prompt))
@@ -238,12 +246,21 @@ class Trajectory:
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form of the trajectory."""
         return {
+            "trajectory_id": self.trajectory_id,
             "token_ids": list(self.token_ids),
             "loss_mask": list(self.loss_mask),
             "logprobs": list(self.logprobs),
             "segments": [[s.is_output, s.length] for s in self.segments],
             "turns": [t.as_dict() for t in self.turns],
         }
+
+
+def pack_int32(ids: Sequence[int]) -> bytes:
+    """Token IDs as little-endian int32 bytes (the form spans carry and checksums cover)."""
+    packed = array("i", ids)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
 
 
 def decode_routed_experts(slices: Sequence[str], num_layers: int, top_k: int) -> NDArray[np.int32]:

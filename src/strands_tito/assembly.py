@@ -1,0 +1,237 @@
+"""Reassembling trajectories from decoded spans: the one assembler for the embedded path and the collector.
+
+Spans may arrive in any order, more than once (OTLP is at-least-once), interleaved across trajectories, batches,
+connections and traces. The assembler keeps each trajectory's turns until its end signal (or an idle timeout), then
+checks that the turns chain up exactly — every index present once, each turn's prefix length and CRC-32 equal to what
+the earlier turns add up to, the end signal's totals matching — and builds the :class:`Trajectory` through its own
+invariant checks. Anything that does not add up gives an *incomplete* record with the reason; nothing is merged or
+dropped silently.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from .spans import Decoded, EndSpan, RewardSpan, TurnSpan
+from .trajectory import FinishReason, Trajectory, TrajectoryError
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrajectoryRecord:
+    """An assembled trajectory with what is known about where it came from and whether it is whole."""
+
+    trajectory_id: str
+    trajectory: Trajectory
+    complete: bool
+    reason: str | None = None
+    rewards: list[float] = field(default_factory=list)
+    model_id: str | None = None
+    trace_ids: list[str] = field(default_factory=list)
+    resource: dict[str, Any] = field(default_factory=dict)
+    tool_parse_errors: list[dict[str, str]] = field(default_factory=list)
+
+    @property
+    def reward(self) -> float | None:
+        """The last reward recorded (the convention Agent Lightning uses), or None."""
+        return self.rewards[-1] if self.rewards else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form: one line of a JSONL export."""
+        return {
+            "trajectory_id": self.trajectory_id,
+            "complete": self.complete,
+            "reason": self.reason,
+            "model_id": self.model_id,
+            "reward": self.reward,
+            "rewards": list(self.rewards),
+            "trace_ids": list(self.trace_ids),
+            "resource": dict(self.resource),
+            "tool_parse_errors": list(self.tool_parse_errors),
+            **self.trajectory.to_dict(),
+        }
+
+
+@dataclass
+class _Pending:
+    turns: dict[int, TurnSpan] = field(default_factory=dict)
+    rewards: list[RewardSpan] = field(default_factory=list)
+    end: EndSpan | None = None
+    conflicts: list[str] = field(default_factory=list)
+    trace_ids: list[str] = field(default_factory=list)
+    resource: dict[str, Any] = field(default_factory=dict)
+    last_seen: float = field(default_factory=time.monotonic)
+
+    def has_all_turns(self) -> bool:
+        return (
+            self.end is not None
+            and len(self.turns) == self.end.turns
+            and all(i in self.turns for i in range(self.end.turns))
+        )
+
+
+@dataclass
+class AssemblerStats:
+    """Counters a service reports."""
+
+    turns: int = 0
+    duplicates: int = 0
+    conflicts: int = 0
+    reordered: int = 0
+    late: int = 0
+    complete: int = 0
+    incomplete: int = 0
+
+
+class TrajectoryAssembler:
+    """Collects decoded spans per trajectory id and emits :class:`TrajectoryRecord` objects when they end.
+
+    Args:
+        remember_finished: How many finished trajectory ids to remember, so late duplicates are recognised.
+    """
+
+    def __init__(self, remember_finished: int = 100_000) -> None:
+        self._pending: dict[str, _Pending] = {}
+        self._finished: OrderedDict[str, None] = OrderedDict()
+        self._remember = remember_finished
+        self.stats = AssemblerStats()
+
+    @property
+    def open_trajectories(self) -> int:
+        """Trajectories waiting for more spans."""
+        return len(self._pending)
+
+    def add(
+        self, span: Decoded, *, trace_id: str | None = None, resource: Mapping[str, Any] | None = None
+    ) -> list[TrajectoryRecord]:
+        """Take one decoded span; returns the trajectories it completed (usually none or one)."""
+        tid = span.trajectory_id
+        if tid in self._finished:
+            self.stats.late += 1
+            logger.warning("trajectory_id=<%s> | span arrived after the trajectory was written; ignored", tid)
+            return []
+        pending = self._pending.setdefault(tid, _Pending())
+        pending.last_seen = time.monotonic()
+        if trace_id and trace_id not in pending.trace_ids:
+            pending.trace_ids.append(trace_id)
+        if resource:
+            pending.resource.update(resource)
+        if isinstance(span, TurnSpan):
+            self._add_turn(pending, span)
+        elif isinstance(span, RewardSpan):
+            if span not in pending.rewards:
+                pending.rewards.append(span)
+        elif pending.end is None or pending.end == span:
+            pending.end = span
+        else:
+            pending.conflicts.append(f"two different end signals ({pending.end} and {span})")
+        if pending.has_all_turns():
+            return [self._finish(tid, None)]
+        return []
+
+    def _add_turn(self, pending: _Pending, turn: TurnSpan) -> None:
+        known = pending.turns.get(turn.index)
+        if known is not None:
+            if known == turn:
+                self.stats.duplicates += 1
+            else:
+                self.stats.conflicts += 1
+                pending.conflicts.append(f"turn {turn.index} arrived twice with different contents")
+            return
+        if pending.turns and turn.index < max(pending.turns):
+            self.stats.reordered += 1
+        pending.turns[turn.index] = turn
+        self.stats.turns += 1
+
+    def flush(self, idle_seconds: float | None = None) -> list[TrajectoryRecord]:
+        """Finish trajectories idle for ``idle_seconds`` (all of them when None, e.g. at shutdown)."""
+        now = time.monotonic()
+        due = [tid for tid, p in self._pending.items() if idle_seconds is None or now - p.last_seen >= idle_seconds]
+        return [self._finish(tid, "no end signal before the idle timeout or shutdown") for tid in due]
+
+    def finish(self, trajectory_id: str, reason: str) -> TrajectoryRecord | None:
+        """Finish one trajectory now (an explicit end decided outside the spans)."""
+        return self._finish(trajectory_id, reason) if trajectory_id in self._pending else None
+
+    def _finish(self, tid: str, missing_end_reason: str | None) -> TrajectoryRecord:
+        pending = self._pending.pop(tid)
+        self._finished[tid] = None
+        while len(self._finished) > self._remember:
+            self._finished.popitem(last=False)
+        record = build_record(tid, pending.turns, pending.end, pending.conflicts, missing_end_reason)
+        record.rewards = [r.value for r in sorted(pending.rewards, key=lambda r: r.time_unix_nano)]
+        record.trace_ids = pending.trace_ids
+        record.resource = pending.resource
+        if record.complete:
+            self.stats.complete += 1
+        else:
+            self.stats.incomplete += 1
+        return record
+
+
+def build_record(
+    tid: str,
+    turns: Mapping[int, TurnSpan],
+    end: EndSpan | None,
+    conflicts: list[str],
+    missing_end_reason: str | None,
+) -> TrajectoryRecord:
+    """Chain turns into a trajectory, checking every link; stops at the first break."""
+    trajectory = Trajectory(trajectory_id=tid)
+    problems = list(conflicts)
+    model_id = None
+    errors: list[dict[str, str]] = []
+    expected_turns = end.turns if end is not None else (max(turns) + 1 if turns else 0)
+    for index in range(expected_turns):
+        turn = turns.get(index)
+        if turn is None:
+            problems.append(f"turn {index} is missing")
+            break
+        if turn.prefix_length != len(trajectory) or turn.prefix_crc32 != trajectory.crc32:
+            problems.append(
+                f"turn {index} continues a {turn.prefix_length}-token prefix (crc {turn.prefix_crc32}) but the "
+                f"turns before it add up to {len(trajectory)} tokens (crc {trajectory.crc32})"
+            )
+            break
+        try:
+            trajectory.append_turn(
+                turn.prompt_ids,
+                turn.output_ids,
+                finish_reason=cast(FinishReason, turn.finish_reason),
+                prompt_logprobs=turn.prompt_logprobs,
+                output_logprobs=turn.output_logprobs,
+                cached_tokens=turn.cached_tokens,
+                request_id=turn.request_id,
+                weight_version=turn.weight_version,
+                routed_experts=base64.b64encode(turn.routed_experts).decode() if turn.routed_experts else None,
+            )
+        except TrajectoryError as e:
+            problems.append(f"turn {index} is invalid: {e}")
+            break
+        model_id = model_id or turn.model_id
+        errors.extend(turn.tool_parse_errors)
+    extra = sorted(i for i in turns if i >= expected_turns)
+    if extra:
+        problems.append(f"turns {extra} come after the end signal's {expected_turns} turns")
+    if end is None:
+        problems.append(missing_end_reason or "no end signal")
+    elif not problems and (end.length != len(trajectory) or end.crc32 != trajectory.crc32):
+        problems.append(
+            f"end signal says {end.length} tokens (crc {end.crc32}); "
+            f"turns give {len(trajectory)} (crc {trajectory.crc32})"
+        )
+    return TrajectoryRecord(
+        trajectory_id=tid,
+        trajectory=trajectory,
+        complete=not problems,
+        reason="; ".join(problems) or None,
+        model_id=model_id,
+        tool_parse_errors=errors,
+    )

@@ -1,0 +1,307 @@
+"""The span attribute schema (version 1): how a turn, a reward and a trajectory's end travel on OpenTelemetry spans.
+
+See ``docs/span-schema.md``. Encoding lives next to decoding so the two cannot drift apart; both the in-process
+(embedded) path and the collector decode with :func:`decode_span`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import sys
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .trajectory import pack_int32
+
+SCHEMA_VERSION = 1
+PREFIX = "tito."
+
+SCHEMA = PREFIX + "schema_version"
+KIND = PREFIX + "kind"  # "turn" | "reward" | "end"
+TRAJECTORY_ID = PREFIX + "trajectory.id"
+ENCODING = PREFIX + "encoding"  # "packed" | "array"
+TURN_INDEX = PREFIX + "turn.index"
+PREFIX_LENGTH = PREFIX + "prefix.length"
+PREFIX_CRC32 = PREFIX + "prefix.crc32"
+PROMPT_IDS = PREFIX + "prompt.token_ids"
+PROMPT_LOGPROBS = PREFIX + "prompt.logprobs"
+OUTPUT_IDS = PREFIX + "output.token_ids"
+OUTPUT_LOGPROBS = PREFIX + "output.logprobs"
+FINISH_REASON = PREFIX + "finish_reason"
+CACHED_TOKENS = PREFIX + "cached_tokens"
+REQUEST_ID = PREFIX + "request_id"
+WEIGHT_VERSION = PREFIX + "weight_version"
+MODEL_ID = PREFIX + "model_id"
+TOOL_PARSE_ERRORS = PREFIX + "tool_parse_errors"
+ROUTED_EXPERTS = PREFIX + "routed_experts"
+REWARD_VALUE = PREFIX + "reward.value"
+REWARD_NAME = PREFIX + "reward.name"
+END_REASON = PREFIX + "end.reason"
+END_TURNS = PREFIX + "end.turns"
+END_LENGTH = PREFIX + "end.length"
+END_CRC32 = PREFIX + "end.crc32"
+
+# Most attributes one of our spans carries; start-up checks that the SDK's count limit leaves room for them plus
+# Strands' own (about 20 on a chat span).
+MAX_OWN_ATTRIBUTES = 20
+STRANDS_ATTRIBUTE_BUDGET = 40
+
+SPAN_TURN = "chat"
+SPAN_REWARD = "tito.reward"
+SPAN_END = "tito.trajectory.end"
+
+Encoding = Literal["packed", "array"]
+
+
+class SpanSchemaError(ValueError):
+    """A span claims to carry strands-tito data but the data is missing, mistyped or inconsistent."""
+
+
+def _pack_floats(values: Sequence[float | None]) -> bytes:
+    packed = array("f", (math.nan if v is None else v for v in values))
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(raw: bytes, code: str, what: str) -> list[Any]:
+    if len(raw) % 4:
+        raise SpanSchemaError(f"{what}: {len(raw)} bytes is not a whole number of 4-byte values")
+    values = array(code)
+    values.frombytes(raw)
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tolist()
+
+
+def encode_ids(ids: Sequence[int], encoding: Encoding) -> bytes | list[int]:
+    """Token IDs as an attribute value."""
+    return pack_int32(ids) if encoding == "packed" else list(ids)
+
+
+def encode_logprobs(logprobs: Sequence[float | None], encoding: Encoding) -> bytes | list[float]:
+    """Logprobs as an attribute value; a missing logprob is NaN (OTLP arrays cannot hold nulls)."""
+    if encoding == "packed":
+        return _pack_floats(logprobs)
+    return [math.nan if v is None else float(v) for v in logprobs]
+
+
+def _decode_ids(value: Any, what: str) -> list[int]:
+    if isinstance(value, bytes):
+        ids: list[int] = _unpack(value, "i", what)
+    elif isinstance(value, list | tuple) and all(type(v) is int for v in value):
+        ids = list(value)
+    else:
+        raise SpanSchemaError(f"{what}: expected packed int32 bytes or an int array, got {type(value).__name__}")
+    if any(v < 0 for v in ids):
+        raise SpanSchemaError(f"{what}: negative token id")
+    return ids
+
+
+def _decode_logprobs(value: Any, what: str) -> list[float | None]:
+    if isinstance(value, bytes):
+        floats: list[float] = _unpack(value, "f", what)
+    elif isinstance(value, list | tuple) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+        floats = [float(v) for v in value]
+    else:
+        raise SpanSchemaError(f"{what}: expected packed float32 bytes or a float array, got {type(value).__name__}")
+    return [None if math.isnan(v) else v for v in floats]
+
+
+@dataclass(frozen=True)
+class TurnSpan:
+    """One turn as carried by a ``chat`` span."""
+
+    trajectory_id: str
+    index: int
+    prefix_length: int
+    prefix_crc32: int
+    prompt_ids: list[int]
+    prompt_logprobs: list[float | None]
+    output_ids: list[int]
+    output_logprobs: list[float | None]
+    finish_reason: str
+    cached_tokens: int = 0
+    request_id: str | None = None
+    weight_version: str | None = None
+    model_id: str | None = None
+    tool_parse_errors: list[dict[str, str]] = field(default_factory=list)
+    routed_experts: bytes | None = None
+
+
+@dataclass(frozen=True)
+class RewardSpan:
+    """A reward recorded for a trajectory."""
+
+    trajectory_id: str
+    value: float
+    name: str
+    time_unix_nano: int
+
+
+@dataclass(frozen=True)
+class EndSpan:
+    """The agent side's signal that a trajectory is over, with what it should contain."""
+
+    trajectory_id: str
+    reason: str
+    turns: int
+    length: int
+    crc32: int
+
+
+Decoded = TurnSpan | RewardSpan | EndSpan
+
+
+def turn_attributes(
+    trajectory_id: str,
+    index: int,
+    prefix_length: int,
+    prefix_crc32: int,
+    prompt_ids: Sequence[int],
+    prompt_logprobs: Sequence[float | None],
+    output_ids: Sequence[int],
+    output_logprobs: Sequence[float | None],
+    *,
+    finish_reason: str,
+    encoding: Encoding = "packed",
+    cached_tokens: int = 0,
+    request_id: str | None = None,
+    weight_version: str | None = None,
+    model_id: str | None = None,
+    tool_parse_errors: Sequence[Mapping[str, str]] = (),
+    routed_experts: bytes | None = None,
+) -> dict[str, Any]:
+    """The attributes that put one turn on its ``chat`` span."""
+    attributes: dict[str, Any] = {
+        SCHEMA: SCHEMA_VERSION,
+        KIND: "turn",
+        TRAJECTORY_ID: trajectory_id,
+        ENCODING: encoding,
+        TURN_INDEX: index,
+        PREFIX_LENGTH: prefix_length,
+        # OTLP ints are signed 64-bit; a CRC-32 always fits.
+        PREFIX_CRC32: prefix_crc32,
+        PROMPT_IDS: encode_ids(prompt_ids, encoding),
+        PROMPT_LOGPROBS: encode_logprobs(prompt_logprobs, encoding),
+        OUTPUT_IDS: encode_ids(output_ids, encoding),
+        OUTPUT_LOGPROBS: encode_logprobs(output_logprobs, encoding),
+        FINISH_REASON: finish_reason,
+        CACHED_TOKENS: cached_tokens,
+    }
+    if request_id is not None:
+        attributes[REQUEST_ID] = request_id
+    if weight_version is not None:
+        attributes[WEIGHT_VERSION] = weight_version
+    if model_id is not None:
+        attributes[MODEL_ID] = model_id
+    if tool_parse_errors:
+        # Bytes, not a string: the SDK's length limits only ever cut strings.
+        attributes[TOOL_PARSE_ERRORS] = json.dumps(list(tool_parse_errors)).encode()
+    if routed_experts is not None:
+        attributes[ROUTED_EXPERTS] = routed_experts
+    return attributes
+
+
+def _get(attributes: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    if key not in attributes:
+        raise SpanSchemaError(f"missing attribute {key}")
+    value = attributes[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise SpanSchemaError(f"attribute {key} has type {type(value).__name__}")
+    return value
+
+
+def is_tito_span(attributes: Mapping[str, Any]) -> bool:
+    """Whether a span claims to carry strands-tito data."""
+    return SCHEMA in attributes or TRAJECTORY_ID in attributes
+
+
+def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0) -> Decoded:
+    """Decode and validate a strands-tito span's attributes (plain Python values, as the SDK or OTLP give them).
+
+    Raises:
+        SpanSchemaError: unknown schema version, missing or mistyped attributes, wrong packed lengths.
+    """
+    version = _get(attributes, SCHEMA, int)
+    if version != SCHEMA_VERSION:
+        raise SpanSchemaError(f"unknown {SCHEMA} {version} (this reader knows {SCHEMA_VERSION})")
+    trajectory_id = _get(attributes, TRAJECTORY_ID, str)
+    if not trajectory_id:
+        raise SpanSchemaError(f"empty {TRAJECTORY_ID}")
+    kind = _get(attributes, KIND, str)
+    if kind == "reward":
+        value = float(_get(attributes, REWARD_VALUE, (int, float)))
+        if not math.isfinite(value):
+            raise SpanSchemaError("reward is not a finite number")
+        return RewardSpan(trajectory_id, value, str(attributes.get(REWARD_NAME, "reward")), end_time_unix_nano)
+    if kind == "end":
+        return EndSpan(
+            trajectory_id,
+            str(attributes.get(END_REASON, "")),
+            _get(attributes, END_TURNS, int),
+            _get(attributes, END_LENGTH, int),
+            _get(attributes, END_CRC32, int),
+        )
+    if kind != "turn":
+        raise SpanSchemaError(f"unknown {KIND} {kind!r}")
+    prompt_ids = _decode_ids(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
+    output_ids = _decode_ids(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
+    prompt_logprobs = _decode_logprobs(_get(attributes, PROMPT_LOGPROBS, (bytes, list, tuple)), PROMPT_LOGPROBS)
+    output_logprobs = _decode_logprobs(_get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS)
+    if len(prompt_logprobs) != len(prompt_ids) or len(output_logprobs) != len(output_ids):
+        raise SpanSchemaError("logprob arrays and token arrays differ in length")
+    errors_raw = attributes.get(TOOL_PARSE_ERRORS)
+    try:
+        errors = json.loads(errors_raw) if errors_raw is not None else []
+    except (ValueError, TypeError) as e:
+        raise SpanSchemaError(f"{TOOL_PARSE_ERRORS} is not JSON") from e
+    routed = attributes.get(ROUTED_EXPERTS)
+    if routed is not None and not isinstance(routed, bytes):
+        raise SpanSchemaError(f"{ROUTED_EXPERTS} must be bytes")
+    index = _get(attributes, TURN_INDEX, int)
+    prefix_length = _get(attributes, PREFIX_LENGTH, int)
+    if index < 0 or prefix_length < 0:
+        raise SpanSchemaError("negative turn index or prefix length")
+    return TurnSpan(
+        trajectory_id=trajectory_id,
+        index=index,
+        prefix_length=prefix_length,
+        prefix_crc32=_get(attributes, PREFIX_CRC32, int),
+        prompt_ids=prompt_ids,
+        prompt_logprobs=prompt_logprobs,
+        output_ids=output_ids,
+        output_logprobs=output_logprobs,
+        finish_reason=_get(attributes, FINISH_REASON, str),
+        cached_tokens=int(attributes.get(CACHED_TOKENS, 0)),
+        request_id=_opt_str(attributes.get(REQUEST_ID)),
+        weight_version=_opt_str(attributes.get(WEIGHT_VERSION)),
+        model_id=_opt_str(attributes.get(MODEL_ID)),
+        tool_parse_errors=errors,
+        routed_experts=routed,
+    )
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def pack_routed_experts(encoded: str) -> bytes:
+    """Routed experts arrive base64 from SGLang; spans carry the raw bytes (a third smaller)."""
+    return base64.b64decode(encoded)
+
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "EndSpan",
+    "RewardSpan",
+    "SpanSchemaError",
+    "TurnSpan",
+    "decode_span",
+    "is_tito_span",
+    "turn_attributes",
+]
