@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -22,6 +23,7 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
+from .capture import end_trajectory, end_when_collected, record_turn
 from .client import (
     SGLangCancelledError,
     SGLangClient,
@@ -94,9 +96,17 @@ class _AgentState(dict[str, Any]):
         self.cursor = 0
         self.last_output_text: str | None = None
         self.tool_parse_errors: dict[str, int] = {}
+        end_when_collected(self, self.trajectory)
 
     def __deepcopy__(self, memo: dict[int, Any]) -> _AgentState:
         return self
+
+    # Identity, not dict contents: two agents' states are never "equal".
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return id(self)
 
     def __copy__(self) -> _AgentState:
         return self
@@ -157,6 +167,7 @@ class SGLangModel(Model):
         self._last_state = self._default_state
         self._malformed_calls: dict[str, str] = {}
         self._hooked_agents: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._states: weakref.WeakSet[_AgentState] = weakref.WeakSet({self._default_state})
 
     # -- configuration -------------------------------------------------------------------------------------------
 
@@ -197,10 +208,16 @@ class SGLangModel(Model):
         return state.trajectory if isinstance(state, _AgentState) and state.epoch == self._epoch else Trajectory()
 
     def reset(self) -> None:
-        """Start a new episode: every agent's next call starts a new trajectory (earlier ones stay as they were)."""
+        """Start a new episode: every agent's next call starts a new trajectory (earlier ones stay as they were).
+
+        Trajectories whose turns went out on spans get their end signal now.
+        """
+        for state in list(self._states):
+            end_trajectory(state.trajectory, "reset")
         self._epoch += 1
         self._default_state = _AgentState(self._epoch)
         self._last_state = self._default_state
+        self._states.add(self._default_state)
 
     # -- Strands Model API -----------------------------------------------------------------------------------------
 
@@ -213,6 +230,7 @@ class SGLangModel(Model):
             model_state[STATE_KEY] = state
         if state.epoch != self._epoch:
             state = self._default_state = _AgentState(self._epoch)
+        self._states.add(state)
         return state
 
     def _prompt_ids(
@@ -318,7 +336,7 @@ class SGLangModel(Model):
             raise SGLangAbortedError(f"generation aborted by the server: {raw['meta_info']['finish_reason']}")
         text = reply.text
         try:
-            trajectory.append_turn(
+            turn = trajectory.append_turn(
                 prompt_ids,
                 reply.output_ids,
                 finish_reason=reply.finish_reason,
@@ -338,6 +356,13 @@ class SGLangModel(Model):
         state.last_output_text = text
 
         calls = self.tool_parser.parse(text, tool_specs) if tool_specs else []
+        record_turn(
+            trajectory,
+            turn,
+            model_id=self.config.get("model_id"),
+            tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
+            routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
+        )
         if text:
             yield {"contentBlockStart": {"start": {}}}
             yield {"contentBlockDelta": {"delta": {"text": text}}}

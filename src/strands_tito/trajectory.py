@@ -51,6 +51,7 @@ class Turn:
     prompt_length: int
     output_length: int
     finish_reason: FinishReason
+    prefix_crc32: int = 0
     matched_stop: int | str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -204,6 +205,7 @@ class Trajectory:
             prompt_length=len(prompt),
             output_length=len(output),
             finish_reason=finish_reason,
+            prefix_crc32=self.crc32,
             matched_stop=matched_stop,
             prompt_tokens=start + len(prompt),
             cached_tokens=cached_tokens,

@@ -1,0 +1,302 @@
+"""Trace capture: token data on Strands' own spans, trajectory end signals, rewards, and turning it all on.
+
+The model provider calls :func:`record_turn` inside ``stream()``, where the current span is Strands' ``chat`` span.
+A trajectory ends when its model is reset, when its agent is garbage-collected, or at process exit; each end emits a
+small ``tito.trajectory.end`` span carrying the totals, so a reader can tell a whole trajectory from one missing its
+last turn.
+
+Capture is on whenever a recording span is current (set ``STRANDS_TITO_CAPTURE=0`` to keep token data off spans).
+Getting spans *out* of the process is switched on by environment variables, no code change (see
+:func:`enable_from_env` and ``docs/span-schema.md``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import re
+import threading
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from opentelemetry import trace
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+
+from . import spans as schema
+from .assembly import TrajectoryAssembler, TrajectoryRecord
+from .trajectory import Trajectory, Turn
+
+logger = logging.getLogger(__name__)
+
+ENV_CAPTURE = "STRANDS_TITO_CAPTURE"
+ENV_ENCODING = "STRANDS_TITO_SPAN_ENCODING"
+ENV_FLUSH_TIMEOUT = "STRANDS_TITO_FLUSH_TIMEOUT"
+AGL_ROLLOUT_ID = "agentlightning.rollout_id"
+AGL_ATTEMPT_ID = "agentlightning.attempt_id"
+_AGL_EVENT_URL = re.compile(r"/rollouts/(?P<rollout>[^/]+)/attempt/(?P<attempt>[^/]+)/events/?$")
+
+_tracer = trace.get_tracer("strands_tito")
+_lock = threading.Lock()
+_open: dict[str, Trajectory] = {}  # trajectories with turns on spans and no end signal yet
+_last_active: Trajectory | None = None
+_exit_hook_registered = False
+
+
+class CaptureConfigError(RuntimeError):
+    """The tracing setup would cut or drop token data; fixed by the setting the message names."""
+
+
+def capture_enabled() -> bool:
+    """False only when ``STRANDS_TITO_CAPTURE`` is ``0``/``false``/``off``."""
+    return os.environ.get(ENV_CAPTURE, "").strip().lower() not in ("0", "false", "off", "no")
+
+
+def span_encoding() -> schema.Encoding:
+    """``packed`` (default: int32/float32 bytes) or ``array`` (plain arrays, readable in trace viewers)."""
+    return "array" if os.environ.get(ENV_ENCODING, "").strip().lower() == "array" else "packed"
+
+
+def agentlightning_identity(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """Rollout and attempt ids when running under Agent Lightning's controller (parsed from ``AGL_EVENT_URL``)."""
+    env = os.environ if environ is None else environ
+    match = _AGL_EVENT_URL.search(env.get("AGL_EVENT_URL", ""))
+    if match is None:
+        return {}
+    return {AGL_ROLLOUT_ID: match.group("rollout"), AGL_ATTEMPT_ID: match.group("attempt")}
+
+
+def check_span_limits(limits: Any) -> None:
+    """Fail loudly if the SDK's span limits could evict or cut strands-tito attributes."""
+    if limits is None:
+        return
+    needed = schema.MAX_OWN_ATTRIBUTES + schema.STRANDS_ATTRIBUTE_BUDGET
+    count = getattr(limits, "max_span_attributes", None)
+    if count is not None and count < needed:
+        raise CaptureConfigError(
+            f"span attribute count limit {count} < {needed}: the SDK would evict attributes of chat spans; "
+            f"raise OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT (or OTEL_ATTRIBUTE_COUNT_LIMIT) to at least {needed}"
+        )
+    length = getattr(limits, "max_span_attribute_length", None)
+    if length is not None and length < 256:
+        raise CaptureConfigError(
+            f"span attribute length limit {length} < 256 would cut trajectory ids; unset "
+            "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT (OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT may stay to shrink events)"
+        )
+
+
+def _register_exit_hook() -> None:
+    # Registered at the first captured turn, i.e. after the application's TracerProvider exists: atexit runs
+    # handlers last-in first-out, so ours (end signals, flush) runs before the SDK shuts its exporters down.
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        _exit_hook_registered = True
+        atexit.register(shutdown_capture)
+
+
+def record_turn(
+    trajectory: Trajectory,
+    turn: Turn,
+    *,
+    model_id: str | None,
+    tool_parse_errors: Sequence[dict[str, str]] = (),
+    routed_experts: bytes | None = None,
+) -> None:
+    """Put one recorded turn on the current span (Strands' ``chat`` span inside ``Model.stream``)."""
+    global _last_active
+    _last_active = trajectory
+    span = trace.get_current_span()
+    if not span.is_recording() or not capture_enabled():
+        return
+    start, end = turn.output_start, turn.output_start + turn.output_length
+    attributes = schema.turn_attributes(
+        trajectory.trajectory_id,
+        turn.index,
+        turn.prompt_start,
+        turn.prefix_crc32,
+        trajectory.token_ids[turn.prompt_start : start],
+        trajectory.logprobs[turn.prompt_start : start],
+        trajectory.token_ids[start:end],
+        trajectory.logprobs[start:end],
+        finish_reason=turn.finish_reason,
+        encoding=span_encoding(),
+        cached_tokens=turn.cached_tokens,
+        request_id=turn.request_id,
+        weight_version=turn.weight_version,
+        model_id=model_id,
+        tool_parse_errors=tool_parse_errors,
+        routed_experts=routed_experts,
+    )
+    attributes.update(agentlightning_identity())
+    limits = getattr(span, "_limits", None)
+    check_span_limits(limits)
+    existing = len(getattr(span, "attributes", None) or {})
+    limit = getattr(limits, "max_span_attributes", None)
+    if limit is not None and existing + len(attributes) > limit:
+        raise CaptureConfigError(
+            f"the chat span already has {existing} attributes; adding {len(attributes)} would pass the limit {limit} "
+            "and evict data; raise OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"
+        )
+    span.set_attributes(attributes)
+    with _lock:
+        _open[trajectory.trajectory_id] = trajectory
+    _register_exit_hook()
+
+
+def end_trajectory(trajectory: Trajectory, reason: str) -> None:
+    """Emit the end signal of a trajectory whose turns went out on spans (once; later calls do nothing)."""
+    with _lock:
+        if _open.pop(trajectory.trajectory_id, None) is None:
+            return
+    attributes: dict[str, Any] = {
+        schema.SCHEMA: schema.SCHEMA_VERSION,
+        schema.KIND: "end",
+        schema.TRAJECTORY_ID: trajectory.trajectory_id,
+        schema.END_REASON: reason,
+        schema.END_TURNS: len(trajectory.turns),
+        schema.END_LENGTH: len(trajectory),
+        schema.END_CRC32: trajectory.crc32,
+        **agentlightning_identity(),
+    }
+    # A root span of its own: the end may come long after the agent's trace (reset, garbage collection, exit).
+    _tracer.start_span(schema.SPAN_END, context=Context(), attributes=attributes).end()
+
+
+def end_when_collected(owner: object, trajectory: Trajectory) -> None:
+    """End ``trajectory`` when ``owner`` (the per-agent state holding it) is garbage-collected."""
+    finalizer = weakref.finalize(owner, end_trajectory, trajectory, "released")
+    finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
+
+
+def record_reward(
+    value: float, *, agent: Any = None, trajectory: Trajectory | None = None, name: str = "reward"
+) -> None:
+    """Record a reward for a trajectory on its trace (the collector forwards it; the last one counts).
+
+    Args:
+        value: The reward.
+        agent: Whose trajectory it is (an agent using a strands-tito model); default: the trajectory that had a
+            turn most recently in this process.
+        trajectory: The trajectory itself, instead of ``agent``.
+        name: A label for the reward.
+    """
+    if trajectory is None and agent is not None:
+        from .sglang import STATE_KEY
+
+        state = getattr(agent, "_model_state", {}).get(STATE_KEY)
+        trajectory = getattr(state, "trajectory", None)
+    trajectory = trajectory or _last_active
+    if trajectory is None:
+        raise ValueError("record_reward: no trajectory to attach the reward to (pass agent= or trajectory=)")
+    attributes: dict[str, Any] = {
+        schema.SCHEMA: schema.SCHEMA_VERSION,
+        schema.KIND: "reward",
+        schema.TRAJECTORY_ID: trajectory.trajectory_id,
+        schema.REWARD_VALUE: float(value),
+        schema.REWARD_NAME: name,
+        **agentlightning_identity(),
+    }
+    # A child of the current span when there is one, so the reward sits on the rollout's trace.
+    _tracer.start_span(schema.SPAN_REWARD, attributes=attributes).end()
+
+
+def shutdown_capture(timeout: float | None = None) -> None:
+    """End every open trajectory and flush the tracer provider, waiting at most ``timeout`` seconds."""
+    with _lock:
+        pending = list(_open.values())
+    for trajectory in pending:
+        end_trajectory(trajectory, "exit")
+    provider = trace.get_tracer_provider()
+    flush = getattr(provider, "force_flush", None)
+    if flush is None:
+        return
+    limit = timeout if timeout is not None else float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
+    # force_flush ignores its own timeout in the SDK; a daemon thread bounds how long exit can hang on it.
+    worker = threading.Thread(target=flush, name="strands-tito-flush", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        logger.error("timeout=<%s> | spans were still being exported at exit; some may be lost", limit)
+
+
+class TrajectoryFileWriter:
+    """Appends :class:`TrajectoryRecord` objects to a JSONL file, one line each, flushed per record."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] = self.path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, record: TrajectoryRecord) -> None:
+        """Write one record."""
+        line = json.dumps(record.to_dict(), separators=(",", ":"), allow_nan=False, default=str)
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        """Close the file."""
+        with self._lock:
+            self._file.close()
+
+
+class TrajectorySpanProcessor(SpanProcessor):
+    """Embedded capture: reassembles trajectories from this process's spans and writes them to JSONL.
+
+    It uses the same :class:`TrajectoryAssembler` as the collector service.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.assembler = TrajectoryAssembler()
+        self.writer = TrajectoryFileWriter(path)
+        self._lock = threading.Lock()
+        self.errors = 0
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Nothing to do when a span starts."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Decode a finished strands-tito span and write any trajectory it completes."""
+        attributes = dict(span.attributes or {})
+        if not schema.is_tito_span(attributes):
+            return
+        try:
+            decoded = schema.decode_span(attributes, span.end_time or 0)
+        except schema.SpanSchemaError as e:
+            self.errors += 1
+            logger.error("span=<%s>, error=<%s> | strands-tito span could not be decoded", span.name, e)
+            return
+        resource = dict(span.resource.attributes) if span.resource is not None else {}
+        trace_id = format(span.context.trace_id, "032x") if span.context is not None else None
+        with self._lock:
+            for record in self.assembler.add(decoded, trace_id=trace_id, resource=resource):
+                self.writer.write(record)
+
+    def shutdown(self) -> None:
+        """Write whatever is still open (as incomplete) and close the file."""
+        with self._lock:
+            for record in self.assembler.flush():
+                self.writer.write(record)
+            self.writer.close()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Records are written as soon as they complete; nothing is buffered."""
+        return True
+
+
+def add_processors(provider: TracerProvider, processors: Sequence[SpanProcessor]) -> None:
+    """Attach processors to a provider once, after checking its limits."""
+    check_span_limits(getattr(provider, "_span_limits", None))
+    attached = getattr(provider, "_strands_tito_processors", None)
+    if attached is None:
+        attached = []
+        provider._strands_tito_processors = attached  # type: ignore[attr-defined]
+    for processor in processors:
+        if processor not in attached:
+            provider.add_span_processor(processor)
+            attached.append(processor)
