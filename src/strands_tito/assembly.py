@@ -119,7 +119,8 @@ class TrajectoryAssembler:
             return []
         pending = self._pending.setdefault(tid, _Pending())
         pending.last_seen = time.monotonic()
-        if trace_id and trace_id not in pending.trace_ids:
+        # The end signal is a root span of its own trace; only traces holding turns or rewards are worth listing.
+        if trace_id and not isinstance(span, EndSpan) and trace_id not in pending.trace_ids:
             pending.trace_ids.append(trace_id)
         if resource:
             pending.resource.update(resource)

@@ -215,11 +215,9 @@ def shutdown_capture(timeout: float | None = None) -> None:
     if flush is None:
         return
     limit = timeout if timeout is not None else float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
-    # force_flush ignores its own timeout in the SDK; a daemon thread bounds how long exit can hang on it.
-    worker = threading.Thread(target=flush, name="strands-tito-flush", daemon=True)
-    worker.start()
-    worker.join(limit)
-    if worker.is_alive():
+    # The SDK's BatchSpanProcessor ignores this timeout; each export is still bounded by the exporter's own
+    # deadline (OTEL_EXPORTER_OTLP_TIMEOUT), and no thread can be started to bound it at interpreter exit.
+    if not flush(int(limit * 1000)):
         logger.error("timeout=<%s> | spans were still being exported at exit; some may be lost", limit)
 
 
