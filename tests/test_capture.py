@@ -11,7 +11,7 @@ import json
 import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -190,7 +190,7 @@ async def test_multi_invocation_episode_and_two_concurrent_agents(start_engine, 
 
 
 class _OTLPSink(BaseHTTPRequestHandler):
-    bodies: list[tuple[str, bytes]] = []
+    bodies: ClassVar[list[tuple[str, bytes]]] = []
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
