@@ -309,9 +309,9 @@ class HttpServer:
         self.host = ""
         self.port = 0
 
-    async def start(self, host: str, port: int) -> tuple[str, int]:
-        """Start listening; returns the bound ``(host, port)`` (useful with port 0)."""
-        self._server = await asyncio.start_server(self._on_client, host, port)
+    async def start(self, host: str, port: int, ssl: Any = None) -> tuple[str, int]:
+        """Start listening (TLS when ``ssl`` is an ``ssl.SSLContext``); returns the bound ``(host, port)``."""
+        self._server = await asyncio.start_server(self._on_client, host, port, ssl=ssl)
         sockname = self._server.sockets[0].getsockname()
         self.host, self.port = str(sockname[0]), int(sockname[1])
         return self.host, self.port
