@@ -151,6 +151,21 @@ class TrajectoryAssembler:
         pending.turns[turn.index] = turn
         self.stats.turns += 1
 
+    def conflict(self, span: Decoded) -> str | None:
+        """Why ``span`` contradicts what is already held for its trajectory (a different turn at the same index)."""
+        pending = self._pending.get(span.trajectory_id)
+        if pending is None or not isinstance(span, TurnSpan):
+            return None
+        known = pending.turns.get(span.index)
+        if known is None or known == span:
+            return None
+        return f"turn {span.index} of trajectory {span.trajectory_id} conflicts with the one already received"
+
+    def note_conflicts(self, trajectory_id: str, notes: list[str]) -> None:
+        """Record conflicts found outside :meth:`add` (they make the trajectory incomplete)."""
+        self._pending.setdefault(trajectory_id, _Pending()).conflicts.extend(notes)
+        self.stats.conflicts += len(notes)
+
     def flush(self, idle_seconds: float | None = None) -> list[TrajectoryRecord]:
         """Finish trajectories idle for ``idle_seconds`` (all of them when None, e.g. at shutdown)."""
         now = time.monotonic()
