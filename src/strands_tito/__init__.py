@@ -1,5 +1,11 @@
 """strands-tito: token-in/token-out Strands model providers that record training-ready trajectories."""
 
+import pkgutil
+
+# The collector and exporters live in the repository's collector/ and exporters/ folders; in a source checkout
+# they join this package from there (a wheel simply contains them).
+__path__ = pkgutil.extend_path(__path__, __name__)
+
 from .client import (
     SGLangCancelledError,
     SGLangClient,

@@ -9,6 +9,7 @@ USAGE = """usage: strands-tito COMMAND [ARGS]
 commands:
   demo      run an example agent with a tool against the local engine and print the captured trajectory
   engine    run the local SGLang-protocol engine (strands-tito engine --help)
+  collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
 """
 
 
@@ -20,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import main as demo_main
 
         return demo_main()
+    if command == "collect":
+        from .collector.cli import collect_main
+
+        return collect_main(rest)
     if command == "engine":
         from .engine.cli import engine_main
 

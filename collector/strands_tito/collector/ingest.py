@@ -1,0 +1,185 @@
+"""From OTLP requests to stored spans and finished trajectories: the collector's single-writer core."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from strands_tito import spans as schema
+from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
+from strands_tito.otlp import OTLPDecodeError, attributes_of
+
+from .store import Store, StoredSpan
+
+logger = logging.getLogger(__name__)
+
+
+class PayloadTooLarge(ValueError):
+    """The body, once decompressed, is larger than the collector accepts."""
+
+
+@dataclass
+class IngestResult:
+    """What became of one export request."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    ignored: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> int:
+        """Spans refused (invalid or conflicting)."""
+        return len(self.errors)
+
+
+def decompress(body: bytes, encoding: str, limit: int) -> bytes:
+    """Undo ``Content-Encoding`` without ever holding more than ``limit`` bytes (a gzip bomb stops early)."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        data = body
+    elif encoding in ("gzip", "deflate"):
+        wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
+        inflater = zlib.decompressobj(wbits)
+        try:
+            data = inflater.decompress(body, limit + 1)
+        except zlib.error as e:
+            raise OTLPDecodeError(f"body is not valid {encoding}: {e}") from e
+        if len(data) > limit or inflater.unconsumed_tail:
+            raise PayloadTooLarge(f"decompressed body exceeds {limit} bytes")
+        if not inflater.eof:
+            raise OTLPDecodeError(f"{encoding} body is truncated")
+    else:
+        raise OTLPDecodeError(f"unsupported Content-Encoding {encoding!r} (use gzip, deflate or none)")
+    if len(data) > limit:
+        raise PayloadTooLarge(f"body exceeds {limit} bytes")
+    return data
+
+
+class Ingestor:
+    """Validates, stores and assembles spans; one instance per collector, safe to call from several threads.
+
+    Args:
+        store: The durable store.
+        exporters: Names of the exporters every finished trajectory is queued for.
+        on_finished: Called (outside the lock) after trajectories were moved to the outbox.
+    """
+
+    def __init__(self, store: Store, exporters: list[str], on_finished: Callable[[], None] = lambda: None) -> None:
+        self.store = store
+        self.exporters = exporters
+        self.assembler = TrajectoryAssembler()
+        self.on_finished = on_finished
+        self._lock = threading.Lock()
+        self.finished_complete = 0
+        self.finished_incomplete = 0
+
+    def recover(self) -> int:
+        """Rebuild open trajectories from the store after a (re)start; returns how many spans were replayed."""
+        replayed = 0
+        done: list[TrajectoryRecord] = []
+        with self._lock:
+            for stored in self.store.open_spans():
+                span = Span()
+                span.ParseFromString(stored.span)
+                decoded = schema.decode_span(attributes_of(span.attributes), span.end_time_unix_nano)
+                done.extend(self.assembler.add(decoded, trace_id=stored.trace_id, resource=stored.resource))
+                replayed += 1
+            self._finish(done)
+        if done:
+            self.on_finished()
+        return replayed
+
+    def ingest(self, request: ExportTraceServiceRequest) -> IngestResult:
+        """Store the strands-tito spans of one request (committed before returning) and assemble them."""
+        result = IngestResult()
+        candidates: list[tuple[StoredSpan, schema.Decoded]] = []
+        for resource_spans in request.resource_spans:
+            resource = attributes_of(resource_spans.resource.attributes)
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    attributes = attributes_of(span.attributes)
+                    if not schema.is_tito_span(attributes):
+                        result.ignored += 1
+                        continue
+                    try:
+                        decoded = schema.decode_span(attributes, span.end_time_unix_nano)
+                    except schema.SpanSchemaError as e:
+                        result.errors.append(f"span {span.span_id.hex()}: {e}")
+                        continue
+                    stored = StoredSpan(
+                        span.trace_id.hex(),
+                        span.span_id.hex(),
+                        decoded.trajectory_id,
+                        span.SerializeToString(),
+                        resource,
+                    )
+                    candidates.append((stored, decoded))
+        done: list[TrajectoryRecord] = []
+        with self._lock:
+            late = self.store.finished(s.trajectory_id for s, _ in candidates)
+            keep: list[tuple[StoredSpan, schema.Decoded]] = []
+            conflicts: dict[str, list[str]] = {}
+            for stored, decoded in candidates:
+                if stored.trajectory_id in late:
+                    result.duplicates += 1  # an OTLP retry of something already written
+                    continue
+                clash = self.assembler.conflict(decoded)
+                if clash is not None:
+                    result.errors.append(f"span {stored.span_id}: {clash}")
+                    conflicts.setdefault(stored.trajectory_id, []).append(clash)
+                    continue
+                keep.append((stored, decoded))
+            new = self.store.add_spans([s for s, _ in keep], conflicts)
+            for trajectory_id, notes in conflicts.items():
+                self.assembler.note_conflicts(trajectory_id, notes)
+            for (stored, decoded), is_new in zip(keep, new, strict=True):
+                if not is_new:
+                    result.duplicates += 1
+                    continue
+                result.accepted += 1
+                done.extend(self.assembler.add(decoded, trace_id=stored.trace_id, resource=stored.resource))
+            self._finish(done)
+        if done:
+            self.on_finished()
+        return result
+
+    def sweep(self, idle_seconds: float) -> int:
+        """Finish trajectories idle longer than ``idle_seconds`` (as incomplete); returns how many."""
+        with self._lock:
+            done = self.assembler.flush(idle_seconds)
+            self._finish(done)
+        if done:
+            self.on_finished()
+        return len(done)
+
+    def _finish(self, records: list[TrajectoryRecord]) -> None:
+        for record in records:
+            stored_conflicts = self.store.conflicts(record.trajectory_id)
+            if stored_conflicts and record.complete:
+                record.complete = False
+                record.reason = "; ".join(stored_conflicts)
+            self.store.finish(record.trajectory_id, record.to_dict(), self.exporters)
+            if record.complete:
+                self.finished_complete += 1
+            else:
+                self.finished_incomplete += 1
+            logger.info(
+                "trajectory_id=<%s>, complete=<%s>, tokens=<%d>, reason=<%s> | trajectory finished",
+                record.trajectory_id,
+                record.complete,
+                len(record.trajectory),
+                record.reason,
+            )
+
+
+def describe(result: IngestResult) -> dict[str, Any]:
+    """Counts for logs and responses."""
+    return {"accepted": result.accepted, "duplicates": result.duplicates, "rejected": result.rejected}

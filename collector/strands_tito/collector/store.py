@@ -1,0 +1,255 @@
+"""The collector's durable store: SQLite in WAL mode.
+
+What lives here, and why it makes ``kill -9`` safe:
+
+- ``spans``: every strands-tito span received for a trajectory that is still open, keyed by ``(trace_id, span_id)``
+  so an OTLP retry is stored once. A request is acknowledged only after its spans are committed.
+- ``trajectories``: one row per trajectory ever seen: open, or finished (then kept so late duplicates are ignored
+  instead of written again), plus conflicts found on the way.
+- ``outbox``: finished trajectories waiting for an exporter, one row per (exporter, trajectory). Finishing a
+  trajectory moves it from ``spans`` to ``outbox`` in one transaction.
+- ``batches``: an export in progress. The batch and the position it writes to are committed *before* the exporter
+  writes; after a crash the same batch is written again at the same position, which replaces the partial write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS spans (
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    trajectory_id TEXT NOT NULL,
+    span BLOB NOT NULL,
+    resource TEXT NOT NULL,
+    PRIMARY KEY (trace_id, span_id)
+);
+CREATE INDEX IF NOT EXISTS spans_by_trajectory ON spans (trajectory_id);
+CREATE TABLE IF NOT EXISTS trajectories (
+    trajectory_id TEXT PRIMARY KEY,
+    finished_at REAL,
+    conflicts TEXT NOT NULL DEFAULT '[]'
+);
+CREATE TABLE IF NOT EXISTS outbox (
+    exporter TEXT NOT NULL,
+    trajectory_id TEXT NOT NULL,
+    record TEXT NOT NULL,
+    batch_id INTEGER,
+    PRIMARY KEY (exporter, trajectory_id)
+);
+CREATE TABLE IF NOT EXISTS batches (
+    batch_id INTEGER PRIMARY KEY AUTOINCREMENT,
+    exporter TEXT NOT NULL,
+    position TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt REAL NOT NULL DEFAULT 0
+);
+"""
+
+
+@dataclass(frozen=True)
+class StoredSpan:
+    """A span as kept in the store: its OTLP bytes and its resource attributes."""
+
+    trace_id: str
+    span_id: str
+    trajectory_id: str
+    span: bytes
+    resource: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A batch of finished trajectories being exported."""
+
+    batch_id: int
+    exporter: str
+    position: str
+    attempts: int
+    records: list[dict[str, Any]]
+
+
+class Store:
+    """Thread-safe access to the collector database (one connection, serialized by a lock).
+
+    Args:
+        path: Database file (created with its directory).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL is durable against a process crash (kill -9); FULL would also cover power loss.
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the database."""
+        with self._lock:
+            self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def size_bytes(self) -> int:
+        """Bytes on disk (database plus write-ahead log)."""
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            candidate = Path(str(self.path) + suffix)
+            if candidate.exists():
+                total += candidate.stat().st_size
+        return total
+
+    # -- ingest ------------------------------------------------------------------------------------------------------
+
+    def finished(self, trajectory_ids: Iterable[str]) -> set[str]:
+        """Which of these trajectories were already written."""
+        ids = list(set(trajectory_ids))
+        if not ids:
+            return set()
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT trajectory_id FROM trajectories WHERE finished_at IS NOT NULL AND trajectory_id IN "
+                f"({','.join('?' * len(ids))})",
+                ids,
+            ).fetchall()
+        return {r[0] for r in rows}
+
+    def add_spans(self, spans: list[StoredSpan], conflicts: dict[str, list[str]]) -> list[bool]:
+        """Commit spans (duplicates ignored) and conflict notes; returns, per span, whether it was new."""
+        new: list[bool] = []
+        with self._transaction() as db:
+            for span in spans:
+                cursor = db.execute(
+                    "INSERT OR IGNORE INTO spans VALUES (?, ?, ?, ?, ?)",
+                    (span.trace_id, span.span_id, span.trajectory_id, span.span, json.dumps(span.resource)),
+                )
+                new.append(cursor.rowcount == 1)
+                db.execute("INSERT OR IGNORE INTO trajectories (trajectory_id) VALUES (?)", (span.trajectory_id,))
+            for trajectory_id, notes in conflicts.items():
+                db.execute("INSERT OR IGNORE INTO trajectories (trajectory_id) VALUES (?)", (trajectory_id,))
+                row = db.execute("SELECT conflicts FROM trajectories WHERE trajectory_id = ?", (trajectory_id,))
+                known = json.loads(row.fetchone()[0])
+                db.execute(
+                    "UPDATE trajectories SET conflicts = ? WHERE trajectory_id = ?",
+                    (json.dumps(known + notes), trajectory_id),
+                )
+        return new
+
+    def open_spans(self) -> Iterator[StoredSpan]:
+        """Every stored span of trajectories not yet finished, in arrival order (used to rebuild after a restart)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT trace_id, span_id, trajectory_id, span, resource FROM spans ORDER BY rowid"
+            ).fetchall()
+        for trace_id, span_id, trajectory_id, span, resource in rows:
+            yield StoredSpan(trace_id, span_id, trajectory_id, span, json.loads(resource))
+
+    def conflicts(self, trajectory_id: str) -> list[str]:
+        """Conflicts noted for a trajectory."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT conflicts FROM trajectories WHERE trajectory_id = ?", (trajectory_id,)
+            ).fetchone()
+        return list(json.loads(row[0])) if row else []
+
+    def finish(self, trajectory_id: str, record: dict[str, Any], exporters: list[str]) -> None:
+        """Move a finished trajectory from its spans to the outbox of every exporter, atomically."""
+        text = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        with self._transaction() as db:
+            for exporter in exporters:
+                db.execute(
+                    "INSERT OR IGNORE INTO outbox (exporter, trajectory_id, record) VALUES (?, ?, ?)",
+                    (exporter, trajectory_id, text),
+                )
+            db.execute("DELETE FROM spans WHERE trajectory_id = ?", (trajectory_id,))
+            db.execute(
+                "INSERT INTO trajectories (trajectory_id, finished_at) VALUES (?, ?) "
+                "ON CONFLICT (trajectory_id) DO UPDATE SET finished_at = excluded.finished_at",
+                (trajectory_id, time.time()),
+            )
+
+    # -- export ------------------------------------------------------------------------------------------------------
+
+    def pending_batch(self, exporter: str) -> Batch | None:
+        """A batch this exporter started and did not finish (after a crash or a failed write), if any."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT batch_id, position, attempts, next_attempt FROM batches WHERE exporter = ? "
+                "ORDER BY batch_id LIMIT 1",
+                (exporter,),
+            ).fetchone()
+            if row is None:
+                return None
+            records = self._db.execute(
+                "SELECT record FROM outbox WHERE batch_id = ? ORDER BY rowid", (row[0],)
+            ).fetchall()
+        return Batch(row[0], exporter, row[1], row[2], [json.loads(r[0]) for r in records])
+
+    def retry_at(self, batch_id: int) -> float:
+        """When a failed batch may be tried again."""
+        with self._lock:
+            row = self._db.execute("SELECT next_attempt FROM batches WHERE batch_id = ?", (batch_id,)).fetchone()
+        return float(row[0]) if row else 0.0
+
+    def start_batch(self, exporter: str, position: str, limit: int) -> Batch | None:
+        """Assign up to ``limit`` waiting records to a new batch that will be written at ``position``."""
+        with self._transaction() as db:
+            rows = db.execute(
+                "SELECT rowid, record FROM outbox WHERE exporter = ? AND batch_id IS NULL ORDER BY rowid LIMIT ?",
+                (exporter, limit),
+            ).fetchall()
+            if not rows:
+                return None
+            batch_id = db.execute(
+                "INSERT INTO batches (exporter, position) VALUES (?, ?)", (exporter, position)
+            ).lastrowid
+            assert batch_id is not None
+            db.executemany("UPDATE outbox SET batch_id = ? WHERE rowid = ?", [(batch_id, r[0]) for r in rows])
+        return Batch(batch_id, exporter, position, 0, [json.loads(r[1]) for r in rows])
+
+    def batch_failed(self, batch_id: int, retry_in: float) -> None:
+        """Count a failed attempt and set when to try again."""
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE batches SET attempts = attempts + 1, next_attempt = ? WHERE batch_id = ?",
+                (time.time() + retry_in, batch_id),
+            )
+
+    def batch_done(self, batch_id: int) -> None:
+        """The exporter has the batch durably: forget it."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM outbox WHERE batch_id = ?", (batch_id,))
+            db.execute("DELETE FROM batches WHERE batch_id = ?", (batch_id,))
+
+    def counts(self) -> dict[str, int]:
+        """Rows per table, for metrics."""
+        with self._lock:
+            return {
+                "open_spans": self._db.execute("SELECT COUNT(*) FROM spans").fetchone()[0],
+                "outbox": self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0],
+                "finished": self._db.execute(
+                    "SELECT COUNT(*) FROM trajectories WHERE finished_at IS NOT NULL"
+                ).fetchone()[0],
+            }

@@ -1,0 +1,120 @@
+"""Build OTLP requests from trajectories, as an agent process would send them (for collector tests)."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterable
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+
+from strands_tito import spans as schema
+from strands_tito.trajectory import Trajectory
+
+
+def any_value(value: Any) -> AnyValue:
+    if isinstance(value, bool):
+        return AnyValue(bool_value=value)
+    if isinstance(value, int):
+        return AnyValue(int_value=value)
+    if isinstance(value, float):
+        return AnyValue(double_value=value)
+    if isinstance(value, str):
+        return AnyValue(string_value=value)
+    if isinstance(value, bytes):
+        return AnyValue(bytes_value=value)
+    out = AnyValue()
+    out.array_value.values.extend(any_value(v) for v in value)
+    return out
+
+
+def make_span(name: str, attributes: dict[str, Any], trace_id: bytes | None = None) -> Span:
+    span = Span(name=name, trace_id=trace_id or os.urandom(16), span_id=os.urandom(8))
+    span.end_time_unix_nano = span.start_time_unix_nano = random.getrandbits(60)
+    span.attributes.extend(KeyValue(key=k, value=any_value(v)) for k, v in attributes.items())
+    return span
+
+
+def make_request(spans: Iterable[Span], resource: dict[str, Any] | None = None) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    rs = ResourceSpans()
+    rs.resource.attributes.extend(KeyValue(key=k, value=any_value(v)) for k, v in (resource or {}).items())
+    scope = ScopeSpans()
+    scope.spans.extend(spans)
+    rs.scope_spans.append(scope)
+    request.resource_spans.append(rs)
+    return request
+
+
+def random_trajectory(rng: random.Random, turns: int = 3, vocab: int = 151_000) -> Trajectory:
+    t = Trajectory(trajectory_id=f"traj-{rng.getrandbits(64):016x}")
+    for i in range(turns):
+        prompt = [rng.randrange(vocab) for _ in range(rng.randint(3, 40) if i else rng.randint(50, 200))]
+        output = [rng.randrange(vocab) for _ in range(rng.randint(1, 60))]
+        t.append_turn(
+            prompt,
+            output,
+            finish_reason="stop",
+            prompt_logprobs=None if i == 0 else [-rng.random() for _ in prompt],
+            output_logprobs=[-rng.random() for _ in output],
+        )
+    return t
+
+
+def turn_spans(t: Trajectory, encoding: schema.Encoding = "packed") -> list[Span]:
+    out = []
+    for turn in t.turns:
+        start, end = turn.output_start, turn.output_start + turn.output_length
+        attributes = schema.turn_attributes(
+            t.trajectory_id,
+            turn.index,
+            turn.prompt_start,
+            turn.prefix_crc32,
+            t.token_ids[turn.prompt_start : start],
+            t.logprobs[turn.prompt_start : start],
+            t.token_ids[start:end],
+            t.logprobs[start:end],
+            finish_reason=turn.finish_reason,
+            encoding=encoding,
+            model_id="test-model",
+        )
+        out.append(make_span("chat", {"gen_ai.operation.name": "chat", **attributes}))
+    return out
+
+
+def end_span(t: Trajectory, reason: str = "reset") -> Span:
+    return make_span(
+        schema.SPAN_END,
+        {
+            schema.SCHEMA: schema.SCHEMA_VERSION,
+            schema.KIND: "end",
+            schema.TRAJECTORY_ID: t.trajectory_id,
+            schema.END_REASON: reason,
+            schema.END_TURNS: len(t.turns),
+            schema.END_LENGTH: len(t),
+            schema.END_CRC32: t.crc32,
+        },
+    )
+
+
+def reward_span(t: Trajectory, value: float) -> Span:
+    return make_span(
+        schema.SPAN_REWARD,
+        {
+            schema.SCHEMA: schema.SCHEMA_VERSION,
+            schema.KIND: "reward",
+            schema.TRAJECTORY_ID: t.trajectory_id,
+            schema.REWARD_VALUE: value,
+            schema.REWARD_NAME: "reward",
+        },
+    )
+
+
+def all_spans(t: Trajectory, reward: float | None = None) -> list[Span]:
+    spans = turn_spans(t)
+    if reward is not None:
+        spans.append(reward_span(t, reward))
+    return [*spans, end_span(t)]
