@@ -100,10 +100,12 @@ def requests_for(trajectories: list[Trajectory], rng: random.Random) -> list[byt
     return bodies
 
 
-def send_all(bodies: list[bytes], port: Any) -> None:
+def send_all(bodies: list[bytes], port: Any, progress: list[int] | None = None) -> None:
     """Send each request until it is acknowledged, as an OTLP exporter retries (port may change on restart)."""
     with httpx.Client(timeout=5) as http:
-        for body in bodies:
+        for i, body in enumerate(bodies):
+            if progress is not None:
+                progress[0] = i
             while True:
                 try:
                     r = http.post(f"http://127.0.0.1:{port()}/v1/traces", content=body, headers=PB)
@@ -150,11 +152,17 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -
     done = threading.Event()
     kills: list[float] = []
 
+    progress = [0]
+
     def chaos() -> None:
-        for _ in range(3):
-            time.sleep(rng.uniform(0.05, 0.4))
+        # Die three times while requests are being sent and trajectories exported: at a random moment after
+        # roughly a quarter, half and three quarters of the requests.
+        for fraction in (0.25, 0.5, 0.75):
+            while progress[0] < fraction * len(bodies) and not done.is_set():
+                time.sleep(0.001)
             if done.is_set():
                 return
+            time.sleep(rng.uniform(0, 0.02))
             crashing.kill()
             kills.append(time.monotonic())
             crashing.start()
@@ -162,7 +170,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -
     killer = threading.Thread(target=chaos)
     killer.start()
     try:
-        send_all(bodies, lambda: crashing.port)
+        send_all(bodies, lambda: crashing.port, progress)
         done.set()
         killer.join()
         got = read_records(tmp_path / "crash.jsonl", len(trajectories))
