@@ -49,14 +49,14 @@ class CollectorProcess:
                 "-m",
                 "strands_tito.cli",
                 "collect",
-                "--http-port",
-                "0",
-                "--grpc-port",
-                "-1",
+                "--http",
+                "127.0.0.1:0",
+                "--grpc",
+                "off",
                 "--store",
                 str(self.store),
-                "--out",
-                f"jsonl:{self.out}",
+                "--jsonl",
+                str(self.out),
                 "--progress-interval",
                 "0",
                 "--log-level",
@@ -138,7 +138,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -
     bodies = requests_for(trajectories, rng)
 
     # Reference: an uninterrupted run.
-    reference = CollectorProcess(tmp_path / "ref.db", tmp_path / "ref.jsonl")
+    reference = CollectorProcess(tmp_path / "ref-store", tmp_path / "ref.jsonl")
     reference.start()
     try:
         send_all(bodies, lambda: reference.port)
@@ -147,7 +147,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -
         reference.stop()
     assert len(expected) == len(trajectories)
 
-    crashing = CollectorProcess(tmp_path / "crash.db", tmp_path / "crash.jsonl")
+    crashing = CollectorProcess(tmp_path / "crash-store", tmp_path / "crash.jsonl")
     crashing.start()
     done = threading.Event()
     kills: list[float] = []

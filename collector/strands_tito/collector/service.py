@@ -38,6 +38,7 @@ class CollectorConfig:
     host: str = "127.0.0.1"
     http_port: int = 4318
     grpc_port: int | None = 4317
+    grpc_host: str | None = None  # defaults to ``host``
     token: str | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -116,7 +117,7 @@ class Collector:
             options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
         )
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), self._grpc)  # type: ignore[no-untyped-call]
-        address = f"{self.config.host}:{self.config.grpc_port}"
+        address = f"{self.config.grpc_host or self.config.host}:{self.config.grpc_port}"
         if context is not None and self.config.tls_cert is not None and self.config.tls_key is not None:
             credentials = grpc.ssl_server_credentials(
                 [(self.config.tls_key.read_bytes(), self.config.tls_cert.read_bytes())]
