@@ -10,6 +10,7 @@ commands:
   demo      run an example agent with a tool against the local engine and print the captured trajectory
   engine    run the local SGLang-protocol engine (strands-tito engine --help)
   collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
+  inspect   show trajectories from a JSONL or Parquet file (strands-tito inspect --help)
 """
 
 
@@ -21,6 +22,10 @@ def main(argv: list[str] | None = None) -> int:
         from .demo import main as demo_main
 
         return demo_main()
+    if command == "inspect":
+        from .viewer import inspect_main
+
+        return inspect_main(rest)
     if command == "collect":
         from .collector.cli import collect_main
 

@@ -14,12 +14,11 @@ from typing import Any
 
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
-from transformers import PreTrainedTokenizerBase
 
 from .engine import LocalEngine, Reply, Script
 from .sglang import SGLangModel
 from .tokenizers import build_qwen3_tokenizer
-from .trajectory import Trajectory
+from .viewer import Decoder, render_text
 
 _OPS: dict[type, Any] = {
     ast.Add: operator.add,
@@ -60,26 +59,6 @@ DEMO_SCRIPT = Script(
 )
 
 
-def render_trajectory(trajectory: Trajectory, tokenizer: PreTrainedTokenizerBase, color: bool = True) -> str:
-    """Text view of a trajectory: prompt segments plain, output segments highlighted, then a per-turn table."""
-    lines = []
-    for segment in trajectory.segments:
-        ids = trajectory.token_ids[segment.start : segment.start + segment.length]
-        text = tokenizer.decode(ids, skip_special_tokens=False)
-        tag = "output (loss_mask=1)" if segment.is_output else "prompt (loss_mask=0)"
-        body = f"\033[32m{text}\033[0m" if color and segment.is_output else text
-        lines.append(f"--- {tag}, {segment.length} tokens ---\n{body}")
-    lines.append("turn  prompt+  output  finish  cached  mean output logprob")
-    for turn in trajectory.turns:
-        lps = [lp for lp in trajectory.logprobs[turn.output_start : turn.output_start + turn.output_length] if lp]
-        mean = sum(lps) / len(lps) if lps else float("nan")
-        lines.append(
-            f"{turn.index:>4}  {turn.prompt_length:>7}  {turn.output_length:>6}  {turn.finish_reason:>6}"
-            f"  {turn.cached_tokens:>6}  {mean:>8.3f}"
-        )
-    return "\n".join(lines)
-
-
 async def run_demo(prompt: str = "What is 25 * 17?") -> int:
     """Run the demo; returns a process exit code (0 when the capture matches the engine exactly)."""
     tokenizer = build_qwen3_tokenizer()
@@ -97,7 +76,7 @@ async def run_demo(prompt: str = "What is 25 * 17?") -> int:
         records = [r for r in engine.records if r.path == "/generate" and r.status == 200]
 
     trajectory = model.token_manager
-    print(render_trajectory(trajectory, tokenizer, color=sys.stdout.isatty()))
+    print(render_text(trajectory.to_dict(), Decoder(tokenizer), color=sys.stdout.isatty()))
     print(f"\nagent answer: {str(result).strip()}")
     last = records[-1]
     engine_view = (last.input_ids or []) + (last.output_ids or [])
