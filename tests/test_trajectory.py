@@ -74,3 +74,15 @@ def test_routed_experts_join_to_one_row_per_position_but_the_last() -> None:
     assert np.array_equal(decode_routed_experts(t.routed_experts, 2, 2), decoded)
     with pytest.raises(ValueError, match="rows"):
         decode_routed_experts(t.routed_experts, 3, 5)
+
+
+def test_packed_views_follow_the_lists() -> None:
+    t = two_turns()
+    assert bytes(t.packed_ids) == np.asarray(t.token_ids, dtype="<i4").tobytes()
+    floats = np.frombuffer(bytes(t.packed_logprobs), dtype="<f4")
+    assert [None if np.isnan(v) else float(np.float32(v)) for v in floats] == [
+        None if v is None else float(np.float32(v)) for v in t.logprobs
+    ]
+    import zlib
+
+    assert t.crc32 == zlib.crc32(bytes(t.packed_ids))

@@ -82,25 +82,40 @@ class Turn:
         }
 
 
-def _check_logprobs(name: str, logprobs: Sequence[float | None] | None, expected: int) -> list[float | None]:
+def _check_logprobs(
+    name: str, logprobs: Sequence[float | None] | None, expected: int
+) -> tuple[list[float | None], bytes]:
+    """Validated logprobs, and the same as little-endian float32 bytes (NaN where None)."""
     if logprobs is None:
-        return [None] * expected
-    if len(logprobs) != expected:
-        raise TrajectoryError(f"{name}: {len(logprobs)} logprobs for {expected} tokens")
-    out: list[float | None] = []
-    for value in logprobs:
-        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool) or math.isnan(value)):
-            raise TrajectoryError(f"{name}: logprob {value!r} is not a number")
-        out.append(None if value is None else float(value))
-    return out
+        return [None] * expected, np.full(expected, np.nan, dtype="<f4").tobytes()
+    values = list(logprobs)
+    if len(values) != expected:
+        raise TrajectoryError(f"{name}: {len(values)} logprobs for {expected} tokens")
+    missing = values.count(None)
+    try:
+        doubles = np.array([math.nan if v is None else v for v in values] if missing else values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TrajectoryError(f"{name}: a logprob is not a number") from None
+    if doubles.ndim != 1 or int(np.isnan(doubles).sum()) != missing:
+        raise TrajectoryError(f"{name}: a logprob is NaN or not a number")
+    if missing:
+        return [None if v is None else float(v) for v in values], doubles.astype("<f4").tobytes()
+    return doubles.tolist(), doubles.astype("<f4").tobytes()
 
 
-def _check_ids(name: str, ids: Sequence[int]) -> list[int]:
+def _check_ids(name: str, ids: Sequence[int]) -> tuple[list[int], bytes]:
+    """Validated token IDs, and the same as little-endian int32 bytes."""
     checked = list(ids)
-    for token in checked:
-        if type(token) is not int or token < 0:
-            raise TrajectoryError(f"{name}: token id {token!r} is not a non-negative int")
-    return checked
+    try:
+        packed = array("i", checked)  # C-speed check: refuses floats, strings, None and out-of-range values
+    except (TypeError, OverflowError):
+        raise TrajectoryError(f"{name}: token ids must be int32 integers") from None
+    if packed.itemsize != 4:
+        raise TrajectoryError("this platform has no 4-byte C int")
+    values = np.frombuffer(packed, dtype=np.int32)
+    if values.size and values.min() < 0:
+        raise TrajectoryError(f"{name}: token ids must be non-negative")
+    return checked, values.astype("<i4", copy=False).tobytes()
 
 
 @dataclass
@@ -120,6 +135,10 @@ class Trajectory:
     trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     crc32: int = 0
     """CRC-32 of ``token_ids`` as little-endian int32, kept as turns are added (spans carry it to detect gaps)."""
+    packed_ids: bytearray = field(default_factory=bytearray, repr=False, compare=False)
+    """``token_ids`` as little-endian int32 bytes, grown with each turn (what spans carry, at memcpy cost)."""
+    packed_logprobs: bytearray = field(default_factory=bytearray, repr=False, compare=False)
+    """``logprobs`` as little-endian float32 bytes, NaN where None."""
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -177,14 +196,14 @@ class Trajectory:
             routed_experts: Base64 int32 routing slice for positions ``[len(self) - 1, len(self) + new - 1)``
                 (all positions but the last for the first turn).
         """
-        prompt = _check_ids("prompt_ids", prompt_ids)
-        output = _check_ids("output_ids", output_ids)
+        prompt, prompt_packed = _check_ids("prompt_ids", prompt_ids)
+        output, output_packed = _check_ids("output_ids", output_ids)
         if not self.segments and not prompt:
             raise TrajectoryError("the first turn must start with a non-empty prompt")
         if not output:
             raise TrajectoryError("the model produced no tokens; nothing to record")
-        p_logprobs = _check_logprobs("prompt_logprobs", prompt_logprobs, len(prompt))
-        o_logprobs = _check_logprobs("output_logprobs", output_logprobs, len(output))
+        p_logprobs, p_packed = _check_logprobs("prompt_logprobs", prompt_logprobs, len(prompt))
+        o_logprobs, o_packed = _check_logprobs("output_logprobs", output_logprobs, len(output))
         if finish_reason not in ("stop", "length", "abort"):
             raise TrajectoryError(f"unknown finish_reason {finish_reason!r}")
         start = len(self.token_ids)
@@ -215,7 +234,11 @@ class Trajectory:
             routed_experts=routed_experts,
         )
         # Commit: nothing below can fail.
-        self.crc32 = zlib.crc32(pack_int32(prompt + output), self.crc32)
+        self.crc32 = zlib.crc32(output_packed, zlib.crc32(prompt_packed, self.crc32))
+        self.packed_ids += prompt_packed
+        self.packed_ids += output_packed
+        self.packed_logprobs += p_packed
+        self.packed_logprobs += o_packed
         self.token_ids.extend(prompt)
         self.token_ids.extend(output)
         self.loss_mask.extend([0] * len(prompt))
