@@ -12,7 +12,9 @@ or from a shell: ``python -m strands_tito.engine --port 0 --tokenizer tiny --scr
 
 It mirrors SGLang 0.5.23's ``/generate`` (request validation and the three 400 body shapes, ``meta_info``,
 finish reasons, ``logprob_start_len``, prefix-cache ``cached_tokens``, routed experts, SSE) and the info/health/cache
-endpoints.  Deliberate differences from a real server:
+endpoints.  It also serves an OpenAI-compatible ``/v1/chat/completions`` that renders messages with the tokenizer's
+chat template and returns token ids in vLLM's or SGLang's field names (``LocalEngine(openai_flavor=...)``; see
+:mod:`strands_tito.engine.openai_chat`).  Deliberate differences from a real server:
 
 * batch requests (``input_ids`` as a list of lists, ``text`` lists, per-item lists, ``n > 1``) get 400
   ``"batch not supported by strands-tito engine"``; ``input_embeds`` and multimodal data are rejected the same way;

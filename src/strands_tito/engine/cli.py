@@ -37,6 +37,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--num-experts-per-tok", type=int, default=8, help="experts per token (default: %(default)s)")
     parser.add_argument("--num-experts", type=int, default=128, help="experts per layer (default: %(default)s)")
     parser.add_argument("--record", metavar="FILE.jsonl", help="append every request/response record to this file")
+    parser.add_argument(
+        "--openai-flavor",
+        choices=["vllm", "sglang"],
+        default="vllm",
+        help="token-id fields of /v1/chat/completions: vLLM's or SGLang's (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--reasoning-parser", choices=["qwen3"], default=None, help="split <think>...</think> off chat replies"
+    )
     return parser
 
 
@@ -66,6 +75,8 @@ def engine_main(argv: list[str] | None = None) -> int:
         host=args.host,
         port=args.port,
         record_path=args.record,
+        openai_flavor=args.openai_flavor,
+        reasoning_parser=args.reasoning_parser,
     )
 
     def ready(running: LocalEngine) -> None:

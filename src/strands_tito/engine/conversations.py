@@ -3,6 +3,13 @@
 A request belongs to the conversation whose token history (last prompt + output on success, just the prompt after a
 fault) is the longest prefix of its ``input_ids``; otherwise it opens a new conversation, which takes the first
 unused script whose ``match`` is None or occurs in the decoded prompt.
+
+Chat requests (``/v1/chat/completions``) are rendered by the server, so a later request of a conversation may not
+extend its history exactly: the re-rendered assistant turn can tokenize differently from what was generated. For them
+(``assign(..., rerendered=True)``) a request that matches no history falls back to a conversation whose *last prompt*
+it strictly extends (drift starts after that prompt, inside the re-rendered reply); among several, the one whose
+history shares the longest prefix with it wins. A prompt equal to an earlier first prompt (the same task started
+again) extends nothing strictly and opens a new conversation.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ class Conversation:
     script: int | None
     steps: deque[Step]
     busy: int = 0
+    last_prompt: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -70,12 +78,15 @@ class ConversationTracker:
             self._scripts.append(script)
             self._taken.append(False)
 
-    def assign(self, prompt: list[int], default: Reply | None, cache_cap: int) -> Assignment:
+    def assign(
+        self, prompt: list[int], default: Reply | None, cache_cap: int, *, rerendered: bool = False
+    ) -> Assignment:
         """Attribute a request to a conversation, pop its next step and compute ``cached_tokens``.
 
         Ties between equally long histories go to the conversation with fewer requests in flight, then the oldest.
         ``cache_cap`` bounds the reported prefix reuse (SGLang caps it at ``logprob_start_len`` and at
-        ``len(prompt) - 1``).
+        ``len(prompt) - 1``). ``rerendered``: the prompt was rendered by the server from messages (chat requests),
+        so fall back to the conversation whose last prompt it extends (see the module docstring).
         """
         with self._lock:
             best: Conversation | None = None
@@ -85,13 +96,29 @@ class ConversationTracker:
                     continue
                 if best is None or (len(history), -conversation.busy) > (len(best.history), -best.busy):
                     best = conversation
+            if best is None and rerendered:
+                best = self._extended(prompt)
             if best is None:
                 best = self._open(prompt)
+            if rerendered:
+                best.last_prompt = list(prompt)
             best.busy += 1
             cached = max(0, min(max((_common_prefix(s, prompt) for s in self._cache), default=0), cache_cap))
             if best.steps:
                 return Assignment(best, best.steps.popleft(), False, cached)
             return Assignment(best, default, True, cached)
+
+    def _extended(self, prompt: list[int]) -> Conversation | None:
+        best: Conversation | None = None
+        best_key = (0, 0)
+        for conversation in self._conversations:
+            last = conversation.last_prompt
+            if last is None or len(last) >= len(prompt) or prompt[: len(last)] != last:
+                continue
+            key = (_common_prefix(conversation.history, prompt), -conversation.busy)
+            if best is None or key > best_key:
+                best, best_key = conversation, key
+        return best
 
     def _open(self, prompt: list[int]) -> Conversation:
         decoded: str | None = None

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from transformers import PreTrainedTokenizerBase
 
@@ -57,6 +57,9 @@ from .protocol import (
     verify_sampling_params,
 )
 from .script import DEFAULT_REPLY, Fault, Reply, Script, ScriptFile, Step
+
+if TYPE_CHECKING:
+    from .openai_chat import OpenAIFlavor
 
 __all__ = ["EngineRecord", "LocalEngine"]
 
@@ -181,6 +184,10 @@ class LocalEngine:
         eos_token_ids: the model's stop ids (default: the tokenizer's eos id); the first one ends ``text`` replies.
         record_path: append every record as a JSON line to this file.
         max_body: largest accepted request body (bigger ones get 413).
+        openai_flavor: which server ``/v1/chat/completions`` imitates (``"vllm"`` or ``"sglang"``): the field names
+            of token ids and whether ``return_token_ids`` may stream (see :mod:`~strands_tito.engine.openai_chat`).
+        reasoning_parser: ``"qwen3"`` to split ``...</think>`` off chat replies as reasoning (None: keep it in
+            the content, like a server started without ``--reasoning-parser``).
 
     Run it in a background thread with :meth:`start` / :meth:`stop` (or ``with LocalEngine(...) as engine``), or
     inside the caller's event loop with ``await engine.serve()``.
@@ -200,6 +207,8 @@ class LocalEngine:
         eos_token_ids: Sequence[int] | None = None,
         record_path: str | os.PathLike[str] | None = None,
         max_body: int = DEFAULT_MAX_BODY,
+        openai_flavor: OpenAIFlavor = "vllm",
+        reasoning_parser: str | None = None,
     ) -> None:
         if context_length < 8:
             raise ValueError(f"context_length must be at least 8, got {context_length}")
@@ -242,6 +251,10 @@ class LocalEngine:
         self._started_at = time.time()
         for script in scripts or ():
             self.add_script(script)
+        from .openai_chat import ChatCompletions
+
+        self.openai_flavor: OpenAIFlavor = openai_flavor
+        self._chat = ChatCompletions(self, openai_flavor, reasoning_parser)
 
         self._routes: dict[str, dict[str, RouteHandler]] = {
             "/generate": {"POST": self._generate, "PUT": self._generate},
@@ -253,6 +266,7 @@ class LocalEngine:
             "/server_info": {"GET": self._server_info},
             "/get_server_info": {"GET": self._server_info},
             "/v1/models": {"GET": self._models},
+            "/v1/chat/completions": {"POST": self._chat.handle},
             "/flush_cache": {"GET": self._flush_cache, "POST": self._flush_cache},
             "/abort_request": {"POST": self._abort_request},
             "/pause_generation": {"POST": self._pause_generation},
@@ -288,6 +302,10 @@ class LocalEngine:
     def generate_records(self) -> list[EngineRecord]:
         """The records of ``/generate`` requests only."""
         return [record for record in self.records if record.path == "/generate"]
+
+    def chat_records(self) -> list[EngineRecord]:
+        """The records of ``/v1/chat/completions`` requests only."""
+        return [record for record in self.records if record.path == "/v1/chat/completions"]
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
 
@@ -391,8 +409,8 @@ class LocalEngine:
             response = json_response({"detail": "Method Not Allowed"}, 405, {"allow": allow})
         else:
             response = await methods[method](request, conn, received)
-            if request.path == "/generate":
-                return response  # /generate writes its own, richer record
+            if request.path in ("/generate", "/v1/chat/completions"):
+                return response  # these write their own, richer records
         if isinstance(response, Response):
             body = _parse_body(request.body)
             rid = body.get("rid") if isinstance(body, dict) and request.path == "/abort_request" else None
