@@ -6,6 +6,13 @@ checks that the turns chain up exactly — every index present once, each turn's
 the earlier turns add up to, the end signal's totals matching — and builds the :class:`Trajectory` through its own
 invariant checks. Anything that does not add up gives an *incomplete* record with the reason; nothing is merged or
 dropped silently.
+
+Call trajectories (a stock OpenAI-compatible provider, one ``call`` span per chat completion, each with its whole
+prompt) are checked the same way for data loss -- every call present once, the end signal's count, token total and
+CRC-32 matching -- and then *measured*: for each consecutive pair, whether call k's prompt starts with call k-1's
+prompt + output (a text agent's server re-renders the history, so it may not). The record keeps every call exactly
+and merges them into one :class:`Trajectory` as far as that prefix holds (``prefix_consistent`` says whether it held
+throughout). Drift is not data loss: a record with drift is still complete.
 """
 
 from __future__ import annotations
@@ -13,15 +20,66 @@ from __future__ import annotations
 import base64
 import logging
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from .spans import Decoded, EndSpan, RewardSpan, TurnSpan
-from .trajectory import FinishReason, Trajectory, TrajectoryError
+from .spans import CallSpan, Decoded, EndSpan, RewardSpan, TurnSpan
+from .trajectory import FinishReason, Trajectory, TrajectoryError, pack_int32
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One OpenAI-compatible call exactly as the server tokenized and generated it."""
+
+    index: int
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float | None]
+    finish_reason: str
+    request_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return {
+            "index": self.index,
+            "prompt_ids": list(self.prompt_ids),
+            "output_ids": list(self.output_ids),
+            "output_logprobs": list(self.output_logprobs),
+            "finish_reason": self.finish_reason,
+            "request_id": self.request_id,
+        }
+
+
+@dataclass(frozen=True)
+class PrefixCheck:
+    """Whether call ``index``'s prompt starts with call ``index - 1``'s prompt + output.
+
+    Attributes:
+        index: The later call of the pair (1, 2, ...).
+        shares_prefix: The prompt starts with the earlier call's whole prompt + output.
+        expected_length: Length of that earlier prompt + output.
+        divergence: First position where the prompt differs from it (its length if it is a strict prefix of it);
+            None when the prefix is shared.
+    """
+
+    index: int
+    shares_prefix: bool
+    expected_length: int
+    divergence: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return {
+            "index": self.index,
+            "shares_prefix": self.shares_prefix,
+            "expected_length": self.expected_length,
+            "divergence": self.divergence,
+        }
 
 
 @dataclass
@@ -37,6 +95,15 @@ class TrajectoryRecord:
     trace_ids: list[str] = field(default_factory=list)
     resource: dict[str, Any] = field(default_factory=dict)
     tool_parse_errors: list[dict[str, str]] = field(default_factory=list)
+    calls: list[CallRecord] = field(default_factory=list)
+    """Call trajectories only: every call, in order, exactly as recorded (empty for turn trajectories)."""
+    prefix_report: list[PrefixCheck] = field(default_factory=list)
+    """Call trajectories only: one check per consecutive pair of calls."""
+    prefix_consistent: bool | None = None
+    """Call trajectories: whether every call's prompt extends the previous call's prompt + output (then
+    ``trajectory`` merges all calls; otherwise it holds the calls up to the first divergence). None for turns."""
+    merged_calls: int = 0
+    """Call trajectories: how many calls ``trajectory`` holds."""
 
     @property
     def reward(self) -> float | None:
@@ -55,6 +122,10 @@ class TrajectoryRecord:
             "trace_ids": list(self.trace_ids),
             "resource": dict(self.resource),
             "tool_parse_errors": list(self.tool_parse_errors),
+            "prefix_consistent": self.prefix_consistent,
+            "merged_calls": self.merged_calls,
+            "calls": [call.to_dict() for call in self.calls],
+            "prefix_report": [check.to_dict() for check in self.prefix_report],
             **self.trajectory.to_dict(),
         }
 
@@ -62,6 +133,7 @@ class TrajectoryRecord:
 @dataclass
 class _Pending:
     turns: dict[int, TurnSpan] = field(default_factory=dict)
+    calls: dict[int, CallSpan] = field(default_factory=dict)
     rewards: list[RewardSpan] = field(default_factory=list)
     end: EndSpan | None = None
     conflicts: list[str] = field(default_factory=list)
@@ -70,11 +142,9 @@ class _Pending:
     last_seen: float = field(default_factory=time.monotonic)
 
     def has_all_turns(self) -> bool:
-        return (
-            self.end is not None
-            and len(self.turns) == self.end.turns
-            and all(i in self.turns for i in range(self.end.turns))
-        )
+        by_calls = bool(self.calls) or (self.end is not None and self.end.unit == "calls")
+        held: Mapping[int, object] = self.calls if by_calls else self.turns
+        return self.end is not None and len(held) == self.end.turns and all(i in held for i in range(self.end.turns))
 
 
 @dataclass
@@ -82,6 +152,7 @@ class AssemblerStats:
     """Counters a service reports."""
 
     turns: int = 0
+    calls: int = 0
     duplicates: int = 0
     conflicts: int = 0
     reordered: int = 0
@@ -126,6 +197,8 @@ class TrajectoryAssembler:
             pending.resource.update(resource)
         if isinstance(span, TurnSpan):
             self._add_turn(pending, span)
+        elif isinstance(span, CallSpan):
+            self._add_call(pending, span)
         elif isinstance(span, RewardSpan):
             if span not in pending.rewards:
                 pending.rewards.append(span)
@@ -151,9 +224,28 @@ class TrajectoryAssembler:
         pending.turns[turn.index] = turn
         self.stats.turns += 1
 
+    def _add_call(self, pending: _Pending, call: CallSpan) -> None:
+        known = pending.calls.get(call.index)
+        if known is not None:
+            if known == call:
+                self.stats.duplicates += 1
+            else:
+                self.stats.conflicts += 1
+                pending.conflicts.append(f"call {call.index} arrived twice with different contents")
+            return
+        if pending.calls and call.index < max(pending.calls):
+            self.stats.reordered += 1
+        pending.calls[call.index] = call
+        self.stats.calls += 1
+
     def conflict(self, span: Decoded) -> str | None:
         """Why ``span`` contradicts what is already held for its trajectory (a different turn at the same index)."""
         pending = self._pending.get(span.trajectory_id)
+        if pending is not None and isinstance(span, CallSpan):
+            known_call = pending.calls.get(span.index)
+            if known_call is None or known_call == span:
+                return None
+            return f"call {span.index} of trajectory {span.trajectory_id} conflicts with the one already received"
         if pending is None or not isinstance(span, TurnSpan):
             return None
         known = pending.turns.get(span.index)
@@ -181,7 +273,9 @@ class TrajectoryAssembler:
         self._finished[tid] = None
         while len(self._finished) > self._remember:
             self._finished.popitem(last=False)
-        record = build_record(tid, pending.turns, pending.end, pending.conflicts, missing_end_reason)
+        record = build_record(
+            tid, pending.turns, pending.end, pending.conflicts, missing_end_reason, calls=pending.calls
+        )
         record.rewards = [r.value for r in sorted(pending.rewards, key=lambda r: r.time_unix_nano)]
         record.trace_ids = pending.trace_ids
         record.resource = pending.resource
@@ -198,8 +292,16 @@ def build_record(
     end: EndSpan | None,
     conflicts: list[str],
     missing_end_reason: str | None,
+    *,
+    calls: Mapping[int, CallSpan] | None = None,
 ) -> TrajectoryRecord:
-    """Chain turns into a trajectory, checking every link; stops at the first break."""
+    """Chain turns into a trajectory, checking every link; stops at the first break.
+
+    A trajectory recorded as calls (``calls`` given, or an end signal counting calls) goes to
+    :func:`build_call_record`.
+    """
+    if calls or (end is not None and end.unit == "calls"):
+        return build_call_record(tid, calls or {}, end, conflicts, missing_end_reason, turns=turns)
     trajectory = Trajectory(trajectory_id=tid)
     problems = list(conflicts)
     model_id = None
@@ -250,4 +352,100 @@ def build_record(
         reason="; ".join(problems) or None,
         model_id=model_id,
         tool_parse_errors=errors,
+    )
+
+
+def _call_finish_reason(reason: str) -> FinishReason:
+    """An OpenAI finish reason as a trajectory turn's: ``length`` and ``abort`` stay, everything else is a stop."""
+    if reason == "length":
+        return "length"
+    if reason == "abort":
+        return "abort"
+    return "stop"
+
+
+def check_prefix(index: int, previous: CallSpan, call: CallSpan) -> PrefixCheck:
+    """Whether ``call``'s prompt starts with ``previous``'s prompt + output, and where it diverges if not."""
+    expected = previous.prompt_ids + previous.output_ids
+    prompt = call.prompt_ids
+    if prompt[: len(expected)] == expected:
+        return PrefixCheck(index, True, len(expected))
+    limit = min(len(prompt), len(expected))
+    divergence = next((i for i in range(limit) if prompt[i] != expected[i]), limit)
+    return PrefixCheck(index, False, len(expected), divergence)
+
+
+def build_call_record(
+    tid: str,
+    calls: Mapping[int, CallSpan],
+    end: EndSpan | None,
+    conflicts: list[str],
+    missing_end_reason: str | None,
+    *,
+    turns: Mapping[int, TurnSpan] | None = None,
+) -> TrajectoryRecord:
+    """Check a call trajectory for data loss, report the prefix between consecutive calls, merge what chains up.
+
+    Completeness is about data loss only (a missing or conflicting call, no end signal, totals that disagree); a
+    prompt that does not extend the previous call (the server re-rendered the history differently) is reported in
+    ``prefix_report``/``prefix_consistent`` and ends the merged ``trajectory`` there, but leaves the record complete.
+    """
+    problems = list(conflicts)
+    if turns:
+        problems.append(f"the trajectory holds both calls and turns {sorted(turns)}")
+    expected_calls = end.turns if end is not None else (max(calls) + 1 if calls else 0)
+    ordered: list[CallSpan] = []
+    for index in range(expected_calls):
+        call = calls.get(index)
+        if call is None:
+            problems.append(f"call {index} is missing")
+            break
+        ordered.append(call)
+    extra = sorted(i for i in calls if i >= expected_calls)
+    if extra:
+        problems.append(f"calls {extra} come after the end signal's {expected_calls} calls")
+    length, crc32 = 0, 0
+    for call in ordered:
+        length += len(call.prompt_ids) + len(call.output_ids)
+        crc32 = zlib.crc32(pack_int32(call.output_ids), zlib.crc32(pack_int32(call.prompt_ids), crc32))
+    if end is None:
+        problems.append(missing_end_reason or "no end signal")
+    elif not problems and (end.length != length or end.crc32 != crc32):
+        problems.append(
+            f"end signal says {end.length} tokens (crc {end.crc32}) over its calls; calls give {length} (crc {crc32})"
+        )
+
+    report = [check_prefix(k, ordered[k - 1], ordered[k]) for k in range(1, len(ordered))]
+    trajectory = Trajectory(trajectory_id=tid)
+    merged = 0
+    for k, call in enumerate(ordered):
+        if k and not report[k - 1].shares_prefix:
+            break
+        try:
+            trajectory.append_turn(
+                call.prompt_ids[len(trajectory) :],
+                call.output_ids,
+                finish_reason=_call_finish_reason(call.finish_reason),
+                output_logprobs=call.output_logprobs,
+                request_id=call.request_id,
+            )
+        except TrajectoryError as e:
+            problems.append(f"call {k} cannot be merged: {e}")
+            break
+        merged += 1
+    return TrajectoryRecord(
+        trajectory_id=tid,
+        trajectory=trajectory,
+        complete=not problems,
+        reason="; ".join(problems) or None,
+        model_id=next((c.model_id for c in ordered if c.model_id), None),
+        calls=[
+            CallRecord(
+                c.index, list(c.prompt_ids), list(c.output_ids), list(c.output_logprobs), c.finish_reason, c.request_id
+            )
+            for c in ordered
+        ],
+        prefix_report=report,
+        prefix_consistent=all(check.shares_prefix for check in report),
+        merged_calls=merged,
     )

@@ -21,7 +21,7 @@ import threading
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -42,8 +42,25 @@ _AGL_EVENT_URL = re.compile(r"/rollouts/(?P<rollout>[^/]+)/attempt/(?P<attempt>[
 
 _tracer = trace.get_tracer("strands_tito")
 _lock = threading.Lock()
-_open: dict[str, Trajectory] = {}  # trajectories with turns on spans and no end signal yet
-_last_active: Trajectory | None = None
+
+
+class CallSequence(Protocol):
+    """A trajectory recorded call by call (a stock OpenAI-compatible provider; see :mod:`strands_tito.openai_capture`).
+
+    Its end signal carries :meth:`end_totals` with ``tito.end.unit = "calls"``.
+    """
+
+    @property
+    def trajectory_id(self) -> str:
+        """The trajectory id every call span of it carries."""
+
+    def end_totals(self) -> tuple[int, int, int]:
+        """``(calls, tokens, crc32)``: calls recorded, the sum of their prompt and output lengths, and the running
+        CRC-32 over each call's prompt then output ids (little-endian int32)."""
+
+
+_open: dict[str, Trajectory | CallSequence] = {}  # trajectories with turns on spans and no end signal yet
+_last_active: Trajectory | CallSequence | None = None
 _exit_hook_registered = False
 
 
@@ -147,33 +164,87 @@ def record_turn(
     _register_exit_hook()
 
 
-def end_trajectory(trajectory: Trajectory, reason: str) -> None:
-    """Emit the end signal of a trajectory whose turns went out on spans (once; later calls do nothing)."""
+def record_call(
+    calls: CallSequence,
+    index: int,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    output_logprobs: Sequence[float | None],
+    *,
+    finish_reason: str,
+    model_id: str | None = None,
+    request_id: str | None = None,
+) -> bool:
+    """Put one OpenAI-compatible call on the current span (Strands' ``chat`` span inside ``OpenAIModel.stream``).
+
+    Returns whether it went on a span (capture on and a recording span current).
+    """
+    global _last_active
+    _last_active = calls
+    span = trace.get_current_span()
+    if not span.is_recording() or not capture_enabled():
+        return False
+    attributes = schema.call_attributes(
+        calls.trajectory_id,
+        index,
+        prompt_ids,
+        output_ids,
+        output_logprobs,
+        finish_reason=finish_reason,
+        encoding=span_encoding(),
+        model_id=model_id,
+        request_id=request_id,
+    )
+    attributes.update(agentlightning_identity())
+    limits = getattr(span, "_limits", None)
+    check_span_limits(limits)
+    existing = len(getattr(span, "attributes", None) or {})
+    limit = getattr(limits, "max_span_attributes", None)
+    if limit is not None and existing + len(attributes) > limit:
+        raise CaptureConfigError(
+            f"the chat span already has {existing} attributes; adding {len(attributes)} would pass the limit {limit} "
+            "and evict data; raise OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"
+        )
+    span.set_attributes(attributes)
+    with _lock:
+        _open[calls.trajectory_id] = calls
+    _register_exit_hook()
+    return True
+
+
+def end_trajectory(trajectory: Trajectory | CallSequence, reason: str) -> None:
+    """Emit the end signal of a trajectory whose turns (or calls) went out on spans (once; later calls do nothing)."""
     with _lock:
         if _open.pop(trajectory.trajectory_id, None) is None:
             return
+    unit: dict[str, Any] = {}
+    if isinstance(trajectory, Trajectory):
+        turns, length, crc32 = len(trajectory.turns), len(trajectory), trajectory.crc32
+    else:
+        (turns, length, crc32), unit = trajectory.end_totals(), {schema.END_UNIT: "calls"}
     attributes: dict[str, Any] = {
         schema.SCHEMA: schema.SCHEMA_VERSION,
         schema.KIND: "end",
         schema.TRAJECTORY_ID: trajectory.trajectory_id,
         schema.END_REASON: reason,
-        schema.END_TURNS: len(trajectory.turns),
-        schema.END_LENGTH: len(trajectory),
-        schema.END_CRC32: trajectory.crc32,
+        schema.END_TURNS: turns,
+        schema.END_LENGTH: length,
+        schema.END_CRC32: crc32,
+        **unit,
         **agentlightning_identity(),
     }
     # A root span of its own: the end may come long after the agent's trace (reset, garbage collection, exit).
     _tracer.start_span(schema.SPAN_END, context=Context(), attributes=attributes).end()
 
 
-def end_when_collected(owner: object, trajectory: Trajectory) -> None:
+def end_when_collected(owner: object, trajectory: Trajectory | CallSequence) -> None:
     """End ``trajectory`` when ``owner`` (the per-agent state holding it) is garbage-collected."""
     finalizer = weakref.finalize(owner, end_trajectory, trajectory, "released")
     finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
 
 
 def record_reward(
-    value: float, *, agent: Any = None, trajectory: Trajectory | None = None, name: str = "reward"
+    value: float, *, agent: Any = None, trajectory: Trajectory | CallSequence | None = None, name: str = "reward"
 ) -> None:
     """Record a reward for a trajectory on its trace (the collector forwards it; the last one counts).
 
@@ -189,6 +260,10 @@ def record_reward(
 
         state = getattr(agent, "_model_state", {}).get(STATE_KEY)
         trajectory = getattr(state, "trajectory", None)
+        if trajectory is None:  # an agent on a stock OpenAI-compatible model
+            from .openai_capture import call_log_of
+
+            trajectory = call_log_of(agent)
     trajectory = trajectory or _last_active
     if trajectory is None:
         raise ValueError("record_reward: no trajectory to attach the reward to (pass agent= or trajectory=)")

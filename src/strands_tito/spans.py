@@ -21,7 +21,7 @@ SCHEMA_VERSION = 1
 PREFIX = "tito."
 
 SCHEMA = PREFIX + "schema_version"
-KIND = PREFIX + "kind"  # "turn" | "reward" | "end"
+KIND = PREFIX + "kind"  # "turn" | "call" | "reward" | "end"
 TRAJECTORY_ID = PREFIX + "trajectory.id"
 ENCODING = PREFIX + "encoding"  # "packed" | "array"
 TURN_INDEX = PREFIX + "turn.index"
@@ -44,6 +44,9 @@ END_REASON = PREFIX + "end.reason"
 END_TURNS = PREFIX + "end.turns"
 END_LENGTH = PREFIX + "end.length"
 END_CRC32 = PREFIX + "end.crc32"
+# Calls: one OpenAI-compatible chat completion of a stock provider, recorded whole (see ``call_attributes``).
+CALL_INDEX = PREFIX + "call.index"
+END_UNIT = PREFIX + "end.unit"  # "turns" (default when absent) | "calls"
 
 # Most attributes one of our spans carries; start-up checks that the SDK's count limit leaves room for them plus
 # Strands' own (about 20 on a chat span).
@@ -134,6 +137,25 @@ class TurnSpan:
 
 
 @dataclass(frozen=True)
+class CallSpan:
+    """One OpenAI-compatible chat completion as carried by a ``chat`` span (kind ``call``).
+
+    Unlike a turn, a call carries its *whole* prompt as the server rendered and tokenized it: consecutive calls of a
+    text agent need not share a prefix (the server re-renders the history), so no prefix length or checksum links
+    them; the assembler measures whether they do.
+    """
+
+    trajectory_id: str
+    index: int
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float | None]
+    finish_reason: str
+    model_id: str | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
 class RewardSpan:
     """A reward recorded for a trajectory."""
 
@@ -152,9 +174,12 @@ class EndSpan:
     turns: int
     length: int
     crc32: int
+    unit: str = "turns"
+    """``turns``, or ``calls`` for a call trajectory: then ``turns`` counts calls, ``length`` is the sum of every
+    call's prompt and output lengths and ``crc32`` the running CRC-32 over each call's prompt then output ids."""
 
 
-Decoded = TurnSpan | RewardSpan | EndSpan
+Decoded = TurnSpan | RewardSpan | EndSpan | CallSpan
 
 
 def turn_attributes(
@@ -207,6 +232,62 @@ def turn_attributes(
     return attributes
 
 
+def call_attributes(
+    trajectory_id: str,
+    index: int,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+    output_logprobs: Sequence[float | None],
+    *,
+    finish_reason: str,
+    encoding: Encoding = "packed",
+    model_id: str | None = None,
+    request_id: str | None = None,
+) -> dict[str, Any]:
+    """The attributes that put one OpenAI-compatible call on its ``chat`` span.
+
+    ``prompt_ids`` is the whole prompt the server tokenized for this call; ``finish_reason`` is the server's string
+    (``stop``, ``length``, ``tool_calls``, ...); a logprob that was not asked for is NaN.
+    """
+    attributes: dict[str, Any] = {
+        SCHEMA: SCHEMA_VERSION,
+        KIND: "call",
+        TRAJECTORY_ID: trajectory_id,
+        ENCODING: encoding,
+        CALL_INDEX: index,
+        PROMPT_IDS: encode_ids(prompt_ids, encoding),
+        OUTPUT_IDS: encode_ids(output_ids, encoding),
+        OUTPUT_LOGPROBS: encode_logprobs(output_logprobs, encoding),
+        FINISH_REASON: finish_reason,
+    }
+    if model_id is not None:
+        attributes[MODEL_ID] = model_id
+    if request_id is not None:
+        attributes[REQUEST_ID] = request_id
+    return attributes
+
+
+def _decode_call(attributes: Mapping[str, Any], trajectory_id: str) -> CallSpan:
+    prompt_ids = _decode_ids(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
+    output_ids = _decode_ids(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
+    output_logprobs = _decode_logprobs(_get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS)
+    if len(output_logprobs) != len(output_ids):
+        raise SpanSchemaError("logprob arrays and token arrays differ in length")
+    index = _get(attributes, CALL_INDEX, int)
+    if index < 0:
+        raise SpanSchemaError("negative call index")
+    return CallSpan(
+        trajectory_id=trajectory_id,
+        index=index,
+        prompt_ids=prompt_ids,
+        output_ids=output_ids,
+        output_logprobs=output_logprobs,
+        finish_reason=_get(attributes, FINISH_REASON, str),
+        model_id=_opt_str(attributes.get(MODEL_ID)),
+        request_id=_opt_str(attributes.get(REQUEST_ID)),
+    )
+
+
 def _get(attributes: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
     if key not in attributes:
         raise SpanSchemaError(f"missing attribute {key}")
@@ -246,7 +327,10 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0) -> D
             _get(attributes, END_TURNS, int),
             _get(attributes, END_LENGTH, int),
             _get(attributes, END_CRC32, int),
+            str(attributes.get(END_UNIT, "turns")),
         )
+    if kind == "call":
+        return _decode_call(attributes, trajectory_id)
     if kind != "turn":
         raise SpanSchemaError(f"unknown {KIND} {kind!r}")
     prompt_ids = _decode_ids(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
@@ -297,10 +381,12 @@ def pack_routed_experts(encoded: str) -> bytes:
 
 __all__ = [
     "SCHEMA_VERSION",
+    "CallSpan",
     "EndSpan",
     "RewardSpan",
     "SpanSchemaError",
     "TurnSpan",
+    "call_attributes",
     "decode_span",
     "is_tito_span",
     "turn_attributes",
