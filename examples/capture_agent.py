@@ -1,0 +1,42 @@
+"""An ordinary Strands agent with a tool and no telemetry code: trace capture is switched on from outside.
+
+Needs an SGLang server at $SGLANG_URL (or the local stand-in: `strands-tito engine --port 30000`). Any of:
+
+    STRANDS_TITO_CAPTURE=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 python examples/capture_agent.py
+    STRANDS_TITO_CAPTURE=jsonl:trajectories.jsonl python examples/capture_agent.py
+    OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_METRICS_EXPORTER=none \\
+        OTEL_LOGS_EXPORTER=none OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 \\
+        opentelemetry-instrument python examples/capture_agent.py
+
+`--app-telemetry ENDPOINT` plays an application that sets up tracing itself, as many do
+(`StrandsTelemetry().setup_otlp_exporter(endpoint=...)`): capture then attaches to that tracer provider instead of
+replacing it, and the application's exporter still gets its spans.
+"""
+
+import argparse
+import os
+
+from strands import Agent, tool
+
+from strands_tito import SGLangModel
+from strands_tito.tokenizers import build_qwen3_tokenizer
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+parser = argparse.ArgumentParser(description="An ordinary Strands agent with a tool and no telemetry code.")
+parser.add_argument("--app-telemetry", metavar="ENDPOINT", help="OTLP/HTTP traces URL the app itself exports to")
+args = parser.parse_args()
+if args.app_telemetry:
+    from strands.telemetry import StrandsTelemetry
+
+    StrandsTelemetry().setup_otlp_exporter(endpoint=args.app_telemetry)
+
+model = SGLangModel(tokenizer=build_qwen3_tokenizer(), base_url=os.environ["SGLANG_URL"])
+agent = Agent(model=model, tools=[add], callback_handler=None)
+print(agent("What is 25 + 17? Use the add tool."))
+# No reset and no flush: the trajectory's end signal goes out at exit, before the exporters shut down.

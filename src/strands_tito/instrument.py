@@ -1,0 +1,344 @@
+"""Trace capture switched on by environment variables, no code change.
+
+Two ways in, one mechanism:
+
+* ``opentelemetry-instrument python agent.py`` loads :class:`TitoInstrumentor` from the ``opentelemetry_instrumentor``
+  entry point. With a distro (``opentelemetry-distro``) its configurator has already built the SDK tracer provider
+  from the standard ``OTEL_*`` variables; the instrumentor checks its limits and attaches to it. Without one, the
+  instrumentor installs an SDK provider itself (lazily, see below) exporting with the OTLP exporter that
+  ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL`` picks (``http/protobuf`` by default, or ``grpc``).
+* ``STRANDS_TITO_CAPTURE`` (read at interpreter start by ``strands_tito_startup``, from the ``.pth`` file the package
+  installs): ``otlp`` (or ``1``) exports spans with the OTLP exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables
+  configure; ``jsonl:PATH`` writes reassembled trajectories to ``PATH`` in the process
+  (:class:`~strands_tito.capture.TrajectorySpanProcessor`); both may be given, comma-separated.
+
+Neither replaces a tracer provider the application makes itself (``StrandsTelemetry()``): no provider is installed at
+interpreter start. When Strands first creates its tracer (the first ``Agent``, ``Swarm`` or ``Graph``), capture
+attaches its span processors to the global SDK provider if there is one by then, and installs one otherwise. The
+application's own exporters keep receiving their spans; strands-tito's go where ``STRANDS_TITO_CAPTURE`` says.
+
+At exit :func:`~strands_tito.capture.shutdown_capture` ends every open trajectory and flushes; it is registered with
+``atexit`` right after the provider it flushes exists, so (last in, first out) it runs before that provider's own
+shutdown. Settings that would lose data (span limits, an unknown value, an unsupported protocol) stop the process at
+start-up with a message naming the variable to change.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+
+from .capture import (
+    ENV_CAPTURE,
+    CaptureConfigError,
+    TrajectorySpanProcessor,
+    add_processors,
+    agentlightning_identity,
+    capture_enabled,
+    check_span_limits,
+    shutdown_capture,
+)
+
+logger = logging.getLogger(__name__)
+
+ON_VALUES = ("1", "true", "on", "yes", "otlp")
+OFF_VALUES = ("0", "false", "off", "no")
+EXIT_CONFIG_ERROR = 78  # EX_CONFIG (sysexits.h)
+# Exporters of the SDK configurator (OTEL_TRACES_EXPORTER) that already send OTLP.
+_OTLP_EXPORTER_NAMES = {"otlp", "otlp_proto_http", "otlp_proto_grpc"}
+
+
+@dataclass(frozen=True)
+class CaptureRequest:
+    """What ``STRANDS_TITO_CAPTURE`` asks for."""
+
+    otlp: bool = False
+    jsonl: tuple[Path, ...] = ()
+
+    def __bool__(self) -> bool:
+        return self.otlp or bool(self.jsonl)
+
+    def merged(self, other: CaptureRequest) -> CaptureRequest:
+        """Both requests together."""
+        return CaptureRequest(self.otlp or other.otlp, tuple(dict.fromkeys((*self.jsonl, *other.jsonl))))
+
+
+def parse_capture(value: str) -> CaptureRequest:
+    """Parse ``STRANDS_TITO_CAPTURE``: ``otlp``/``1``, ``jsonl:PATH``, both comma-separated, or ``0``/empty (off).
+
+    Raises:
+        CaptureConfigError: an unknown item, or an empty ``jsonl:`` path.
+    """
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if len(items) == 1 and items[0].lower() in OFF_VALUES:
+        return CaptureRequest()
+    otlp, jsonl = False, []
+    for item in items:
+        lowered = item.lower()
+        if lowered in ON_VALUES:
+            otlp = True
+        elif lowered.startswith("jsonl:") and item[len("jsonl:") :].strip():
+            # Relative to the directory the process started in.
+            jsonl.append(Path(os.path.abspath(os.path.expanduser(item[len("jsonl:") :].strip()))))
+        else:
+            raise CaptureConfigError(
+                f"{ENV_CAPTURE}={value!r}: cannot read {item!r}; use otlp (or 1), jsonl:PATH, both comma-separated, "
+                "or 0 for off"
+            )
+    return CaptureRequest(otlp, tuple(dict.fromkeys(jsonl)))
+
+
+def otlp_protocol() -> str:
+    """The OTLP protocol the standard variables choose for traces (``http/protobuf`` unless set).
+
+    Raises:
+        CaptureConfigError: a protocol the Python SDK cannot export with.
+    """
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = os.environ.get(name, "").strip().lower()
+        if value:
+            if value not in ("http/protobuf", "grpc"):
+                raise CaptureConfigError(f"{name}={value!r} is not supported for traces; use http/protobuf or grpc")
+            return value
+    return "http/protobuf"
+
+
+def otlp_exporter() -> SpanExporter:
+    """The OTLP span exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables describe (endpoint, headers, ...)."""
+    if otlp_protocol() == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        except ImportError as e:
+            raise CaptureConfigError(
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs opentelemetry-exporter-otlp-proto-grpc installed"
+            ) from e
+        return GrpcExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+    return HttpExporter()
+
+
+def _configurator_exports_otlp() -> bool:
+    names = {n.strip().lower() for n in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",")}
+    return bool(names & _OTLP_EXPORTER_NAMES)
+
+
+class _Switch:
+    """Process-wide capture state: what was asked for, and the providers capture is attached to."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.request = CaptureRequest()
+        self.export_own_provider = False  # an installed provider exports OTLP (opentelemetry-instrument, no distro)
+        self.active = False
+        self.hooked = False
+        self.processors: dict[str, SpanProcessor] = {}
+        self.attached: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+        self.own: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+        self.otlp_covered: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+
+    def enable(self, request: CaptureRequest, *, export_own_provider: bool = False, otlp_covered: bool = False) -> None:
+        # What a provider built from the environment would enforce; an app-made provider is checked on attach.
+        try:
+            limits = SpanLimits()
+        except ValueError as e:  # a limit variable that is not a number
+            raise CaptureConfigError(f"span limits: {e}") from e
+        check_span_limits(limits)
+        if request.otlp or export_own_provider:
+            otlp_protocol()
+        with self.lock:
+            self.request = self.request.merged(request)
+            self.export_own_provider = self.export_own_provider or export_own_provider
+            self.active = True
+            provider = trace.get_tracer_provider()
+            if isinstance(provider, TracerProvider):
+                if otlp_covered:
+                    self.otlp_covered.add(provider)
+                self.attach(provider)
+            else:
+                self.hook_strands()
+
+    def disable(self) -> None:
+        """No further attaching or installing (processors already attached stay: the SDK cannot remove them)."""
+        with self.lock:
+            self.active = False
+
+    def hook_strands(self) -> None:
+        """Run :meth:`ensure_provider` when Strands creates its tracer, i.e. when the first agent is constructed.
+
+        ``strands.telemetry.tracer.Tracer`` is a process singleton that looks up the global tracer provider once, in
+        its ``__init__``, called by the first ``Agent`` (or ``Swarm``, ``Graph``, bidi agent).
+        """
+        with self.lock:
+            if self.hooked:
+                return
+            from strands.telemetry import tracer as strands_tracer
+
+            original: Callable[..., None] = strands_tracer.Tracer.__init__
+
+            @functools.wraps(original)
+            def __init__(tracer_self: Any, *args: Any, **kwargs: Any) -> None:
+                self.ensure_provider()
+                original(tracer_self, *args, **kwargs)
+
+            strands_tracer.Tracer.__init__ = __init__  # type: ignore[method-assign,assignment]
+            self.hooked = True
+            if getattr(strands_tracer, "_tracer_instance", None) is not None:  # Strands is already tracing
+                self.ensure_provider()
+
+    def ensure_provider(self) -> None:
+        """Attach to the global SDK provider, installing one first when there is none."""
+        with self.lock:
+            if not self.active:
+                return
+            provider = trace.get_tracer_provider()
+            if provider in self.attached:
+                return
+            if not isinstance(provider, TracerProvider):
+                if not isinstance(provider, trace.ProxyTracerProvider):
+                    logger.warning(
+                        "provider=<%s> | not an OpenTelemetry SDK tracer provider; strands-tito cannot attach to it",
+                        type(provider).__name__,
+                    )
+                    return
+                provider = self.install_provider()
+            self.attach(provider)
+
+    def install_provider(self) -> TracerProvider:
+        """Install an SDK tracer provider (standard ``OTEL_*`` settings, Agent Lightning ids on the resource)."""
+        provider = TracerProvider(resource=Resource.create(agentlightning_identity()))
+        trace.set_tracer_provider(provider)
+        current = trace.get_tracer_provider()
+        if current is not provider:  # another thread set one first
+            provider.shutdown()
+            if not isinstance(current, TracerProvider):
+                raise CaptureConfigError(f"the global tracer provider is a {type(current).__name__}, not an SDK one")
+            return current
+        self.own.add(provider)
+        logger.debug("installed an OpenTelemetry SDK tracer provider for trace capture")
+        return provider
+
+    def attach(self, provider: TracerProvider) -> None:
+        """Add the requested span processors to ``provider`` and register the exit flush after it."""
+        with self.lock:
+            processors: list[SpanProcessor] = []
+            otlp = self.request.otlp or (self.export_own_provider and provider in self.own)
+            if otlp and provider not in self.otlp_covered:
+                processors.append(self._processor("otlp", lambda: BatchSpanProcessor(otlp_exporter())))
+            for path in self.request.jsonl:
+                processors.append(self._processor(f"jsonl:{path}", functools.partial(TrajectorySpanProcessor, path)))
+            add_processors(provider, processors)
+            if provider not in self.attached:
+                self.attached.add(provider)
+                # After the provider registered its own shutdown: atexit is last in, first out.
+                atexit.register(shutdown_capture)
+
+    def _processor(self, key: str, make: Callable[[], SpanProcessor]) -> SpanProcessor:
+        processor = self.processors.get(key)
+        if processor is None:
+            processor = self.processors[key] = make()
+        return processor
+
+
+_switch = _Switch()
+
+
+def enable_from_env(request: CaptureRequest | str | None = None) -> None:
+    """Switch capture on as ``STRANDS_TITO_CAPTURE`` says (or as ``request`` says, in the same format).
+
+    What the start-up hook runs; callable from code too, e.g. in a process started with ``python -S``.
+
+    Raises:
+        CaptureConfigError: the settings would lose data, or the value cannot be read.
+    """
+    if request is None:
+        request = os.environ.get(ENV_CAPTURE, "")
+    if isinstance(request, str):
+        request = parse_capture(request)
+    if request:
+        _switch.enable(request)
+
+
+def fail_start_up(error: BaseException) -> NoReturn:
+    """Stop the process at interpreter start-up with a one-line reason (exit status 78, EX_CONFIG).
+
+    An exception would not do: ``site`` prints and ignores one raised by a ``.pth`` line, and
+    ``opentelemetry-instrument`` logs and ignores one raised by an instrumentor, and the program would run on without
+    capture.
+    """
+    sys.stderr.write(f"strands-tito: trace capture cannot start: {error}\n")
+    sys.stderr.flush()
+    os._exit(EXIT_CONFIG_ERROR)
+
+
+def start_up() -> None:
+    """Switch capture on as ``STRANDS_TITO_CAPTURE`` asks; run by ``strands_tito_startup`` at interpreter start."""
+    try:
+        enable_from_env()
+    except CaptureConfigError as error:
+        fail_start_up(error)
+
+
+def _loaded_by_opentelemetry_instrument() -> bool:
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if str(frame.f_globals.get("__name__", "")).startswith("opentelemetry.instrumentation.auto_instrumentation"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+class TitoInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """strands-tito's OpenTelemetry instrumentor, loaded by ``opentelemetry-instrument``.
+
+    It attaches capture to the tracer provider the configurator built (or installs one that exports OTLP when no
+    distro did), plus whatever ``STRANDS_TITO_CAPTURE`` asks for. ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=strands_tito``
+    turns it off; so does ``STRANDS_TITO_CAPTURE=0``.
+    """
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        """Strands versions whose tracer this works with."""
+        return ("strands-agents >= 1.62",)
+
+    def _instrument(self, **kwargs: Any) -> None:
+        if not capture_enabled():
+            return
+        auto = _loaded_by_opentelemetry_instrument()
+        try:
+            request = parse_capture(os.environ.get(ENV_CAPTURE, ""))
+            # Under opentelemetry-instrument a provider that exists now is the configurator's, exporting as
+            # OTEL_TRACES_EXPORTER says; `STRANDS_TITO_CAPTURE=otlp` must not make it send every span twice.
+            _switch.enable(request, export_own_provider=True, otlp_covered=auto and _configurator_exports_otlp())
+        except CaptureConfigError as error:
+            if auto:
+                fail_start_up(error)
+            raise
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        _switch.disable()
+
+
+__all__ = [
+    "CaptureRequest",
+    "TitoInstrumentor",
+    "enable_from_env",
+    "otlp_exporter",
+    "parse_capture",
+    "start_up",
+]

@@ -1,0 +1,77 @@
+"""strands-tito's interpreter start-up hook: trace capture switched on by ``STRANDS_TITO_CAPTURE``, no code change.
+
+The package installs ``strands_tito_startup.pth`` into site-packages; Python's ``site`` module runs its one line,
+``import strands_tito_startup``, whenever an interpreter of that environment starts (before ``sitecustomize``, so
+before ``opentelemetry-instrument`` configures anything). This module therefore has to be cheap:
+
+* ``STRANDS_TITO_CAPTURE`` unset (or ``0``/``false``/``off``/``no``) and no ``AGL_EVENT_URL``: it imports nothing.
+* ``AGL_EVENT_URL`` set (Agent Lightning's runner) and capture not disabled: it adds the rollout and attempt ids to
+  ``OTEL_RESOURCE_ATTRIBUTES`` (stdlib only), so whichever tracer provider is built later, by the application
+  (``StrandsTelemetry()``) or by ``opentelemetry-instrument``'s configurator, carries them. ``AGL_KEY`` is never read.
+* ``STRANDS_TITO_CAPTURE`` asks for capture (``otlp``, ``1``, ``jsonl:PATH``, comma-separated): only then does it
+  import strands_tito (which pulls in transformers) and hand over to :func:`strands_tito.instrument.start_up`, which
+  checks the settings, exits the process at once if they would lose data, and attaches capture lazily.
+
+``python -S`` (no ``site``) skips it; ``strands_tito.instrument.start_up()`` does the same from code.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # not from typing: this module imports only what it uses
+if TYPE_CHECKING:
+    from collections.abc import MutableMapping
+
+ENV_CAPTURE = "STRANDS_TITO_CAPTURE"
+OFF_VALUES = ("0", "false", "off", "no")
+AGL_ROLLOUT_ID = "agentlightning.rollout_id"
+AGL_ATTEMPT_ID = "agentlightning.attempt_id"
+# The same pattern as strands_tito.capture.agentlightning_identity (a test keeps the two equal); repeated here so
+# that an Agent Lightning environment does not import strands_tito into every Python process it starts.
+_AGL_EVENT_URL = r"/rollouts/(?P<rollout>[^/]+)/attempt/(?P<attempt>[^/]+)/events/?$"
+
+
+def capture_disabled(environ: MutableMapping[str, str]) -> bool:
+    """Whether ``STRANDS_TITO_CAPTURE`` is explicitly off."""
+    return environ.get(ENV_CAPTURE, "").strip().lower() in OFF_VALUES
+
+
+def agentlightning_identity(environ: MutableMapping[str, str]) -> dict[str, str]:
+    """Rollout and attempt ids parsed from ``AGL_EVENT_URL`` (empty when it is unset or does not match)."""
+    import re
+
+    match = re.search(_AGL_EVENT_URL, environ.get("AGL_EVENT_URL", ""))
+    if match is None:
+        return {}
+    return {AGL_ROLLOUT_ID: match.group("rollout"), AGL_ATTEMPT_ID: match.group("attempt")}
+
+
+def add_agentlightning_resource(environ: MutableMapping[str, str]) -> None:
+    """Append the Agent Lightning ids to ``OTEL_RESOURCE_ATTRIBUTES`` (keys already there are left as they are)."""
+    identity = agentlightning_identity(environ)
+    if not identity:
+        return
+    from urllib.parse import quote
+
+    existing = environ.get("OTEL_RESOURCE_ATTRIBUTES", "").strip().strip(",")
+    present = {item.split("=", 1)[0].strip() for item in existing.split(",") if "=" in item}
+    extra = [f"{key}={quote(value, safe='')}" for key, value in identity.items() if key not in present]
+    if extra:
+        environ["OTEL_RESOURCE_ATTRIBUTES"] = ",".join([existing, *extra] if existing else extra)
+
+
+def main(environ: MutableMapping[str, str] | None = None) -> None:
+    """What the ``.pth`` line runs."""
+    env = os.environ if environ is None else environ
+    if capture_disabled(env):
+        return
+    if env.get("AGL_EVENT_URL"):
+        add_agentlightning_resource(env)
+    if env.get(ENV_CAPTURE, "").strip():
+        from strands_tito.instrument import start_up
+
+        start_up()
+
+
+main()
