@@ -8,7 +8,8 @@ before ``opentelemetry-instrument`` configures anything). This module therefore 
 * ``AGL_EVENT_URL`` set (Agent Lightning's runner) and capture not disabled: it adds the rollout and attempt ids to
   ``OTEL_RESOURCE_ATTRIBUTES`` (stdlib only), so whichever tracer provider is built later, by the application
   (``StrandsTelemetry()``) or by ``opentelemetry-instrument``'s configurator, carries them. ``AGL_KEY`` is never read.
-* ``STRANDS_TITO_CAPTURE`` asks for capture (``otlp``, ``1``, ``jsonl:PATH``, comma-separated): only then does it
+* ``STRANDS_TITO_CAPTURE`` asks for capture (``1``; also ``otlp``, ``jsonl:PATH``, comma-separated; exported over
+  OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, assembled into ``STRANDS_TITO_OUTPUT`` when set): only then does it
   import strands_tito (which pulls in transformers) and hand over to :func:`strands_tito.instrument.start_up`, which
   checks the settings, exits the process at once if they would lose data, and attaches capture lazily.
 

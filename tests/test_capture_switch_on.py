@@ -207,7 +207,8 @@ def test_opentelemetry_instrument_without_a_distro_installs_the_exporter(engine,
 
 def test_strands_tito_capture_otlp(engine, sinks) -> None:  # type: ignore[no-untyped-def]
     sink = sinks()
-    run_agent(engine, {capture.ENV_CAPTURE: "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, **AGL_ENV})
+    # The fixed interface: STRANDS_TITO_CAPTURE=1 exports with the standard OTLP variables when an endpoint is set.
+    run_agent(engine, {capture.ENV_CAPTURE: "1", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, **AGL_ENV})
     received = sink.spans()
     assert_exact(received, engine)
     assert len({s.span_id for s in received}) == len(received)
@@ -217,7 +218,12 @@ def test_strands_tito_capture_otlp(engine, sinks) -> None:  # type: ignore[no-un
 def test_strands_tito_capture_attaches_to_the_apps_own_telemetry(engine, sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
     app_sink, tito_sink = sinks(), sinks()
     out = tmp_path / "trajectories.jsonl"
-    env = {capture.ENV_CAPTURE: f"otlp,jsonl:{out}", "OTEL_EXPORTER_OTLP_ENDPOINT": tito_sink.url, **AGL_ENV}
+    env = {
+        capture.ENV_CAPTURE: "1",
+        "STRANDS_TITO_OUTPUT": str(out),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": tito_sink.url,
+        **AGL_ENV,
+    }
     stderr = run_agent(engine, env, "--app-telemetry", f"{app_sink.url}/v1/traces")
     assert "Overriding of current TracerProvider" not in stderr
     # The application's exporter still gets its spans, from its own provider (StrandsTelemetry's resource) ...
@@ -239,7 +245,9 @@ def test_strands_tito_capture_attaches_to_the_apps_own_telemetry(engine, sinks, 
 def test_strands_tito_capture_jsonl_only(engine, sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
     sink = sinks()
     out = tmp_path / "run" / "trajectories.jsonl"
-    run_agent(engine, {capture.ENV_CAPTURE: f"jsonl:{out}", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url})
+    # No OTLP endpoint set: STRANDS_TITO_OUTPUT alone, nothing exported (the sink's address is only in a variable
+    # the exporter would use if it existed).
+    run_agent(engine, {capture.ENV_CAPTURE: "1", "STRANDS_TITO_OUTPUT": str(out), "SINK_UNUSED": sink.url})
     [line] = [json.loads(x) for x in out.read_text().splitlines()]
     assert line["complete"] is True, line["reason"]
     records = generate_records(engine)
@@ -286,11 +294,14 @@ def test_bad_settings_stop_the_process_at_start_up(env: dict[str, str], instrume
 
 
 def test_capture_values() -> None:
-    assert parse_capture("") == parse_capture("0") == parse_capture("off") == CaptureRequest()
-    assert parse_capture("1") == parse_capture(" OTLP ") == CaptureRequest(otlp=True)
-    request = parse_capture("jsonl:/tmp/a.jsonl, otlp ,jsonl:/tmp/a.jsonl")
-    assert request == CaptureRequest(otlp=True, jsonl=(Path("/tmp/a.jsonl"),))
-    assert parse_capture("jsonl:rel/t.jsonl").jsonl == (Path.cwd() / "rel" / "t.jsonl",)
+    assert parse_capture("", {}) == parse_capture("0", {}) == parse_capture("off", {}) == CaptureRequest()
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+    assert parse_capture("1", endpoint) == parse_capture(" OTLP ", {}) == CaptureRequest(otlp=True, enabled=True)
+    assert parse_capture("1", {}) == CaptureRequest(enabled=True)  # on, but no endpoint: nothing exported
+    assert parse_capture("1", {"STRANDS_TITO_OUTPUT": "/tmp/o.jsonl"}).jsonl == (Path("/tmp/o.jsonl"),)
+    request = parse_capture("jsonl:/tmp/a.jsonl, otlp ,jsonl:/tmp/a.jsonl", {})
+    assert request == CaptureRequest(otlp=True, jsonl=(Path("/tmp/a.jsonl"),), enabled=True)
+    assert parse_capture("jsonl:rel/t.jsonl", {}).jsonl == (Path.cwd() / "rel" / "t.jsonl",)
     for bad in ("jsonl:", "grpc", "otlp,0"):
         with pytest.raises(capture.CaptureConfigError, match=capture.ENV_CAPTURE):
             parse_capture(bad)

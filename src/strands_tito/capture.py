@@ -7,7 +7,7 @@ last turn.
 
 Capture is on whenever a recording span is current (set ``STRANDS_TITO_CAPTURE=0`` to keep token data off spans).
 Getting spans *out* of the process is switched on by environment variables, no code change (see
-:func:`enable_from_env` and ``docs/span-schema.md``).
+:func:`strands_tito.instrument.enable_from_env` and ``docs/span-schema.md``).
 """
 
 from __future__ import annotations

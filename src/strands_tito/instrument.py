@@ -32,7 +32,7 @@ import os
 import sys
 import threading
 import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -57,7 +57,7 @@ from .capture import (
 
 logger = logging.getLogger(__name__)
 
-ON_VALUES = ("1", "true", "on", "yes", "otlp")
+ON_VALUES = ("1", "true", "on", "yes")
 OFF_VALUES = ("0", "false", "off", "no")
 EXIT_CONFIG_ERROR = 78  # EX_CONFIG (sysexits.h)
 # Exporters of the SDK configurator (OTEL_TRACES_EXPORTER) that already send OTLP.
@@ -70,38 +70,56 @@ class CaptureRequest:
 
     otlp: bool = False
     jsonl: tuple[Path, ...] = ()
+    enabled: bool = False
 
     def __bool__(self) -> bool:
-        return self.otlp or bool(self.jsonl)
+        return self.enabled or self.otlp or bool(self.jsonl)
 
     def merged(self, other: CaptureRequest) -> CaptureRequest:
         """Both requests together."""
-        return CaptureRequest(self.otlp or other.otlp, tuple(dict.fromkeys((*self.jsonl, *other.jsonl))))
+        return CaptureRequest(
+            self.otlp or other.otlp, tuple(dict.fromkeys((*self.jsonl, *other.jsonl))), self.enabled or other.enabled
+        )
 
 
-def parse_capture(value: str) -> CaptureRequest:
-    """Parse ``STRANDS_TITO_CAPTURE``: ``otlp``/``1``, ``jsonl:PATH``, both comma-separated, or ``0``/empty (off).
+ENV_OUTPUT = "STRANDS_TITO_OUTPUT"
+_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+
+
+def parse_capture(value: str, environ: Mapping[str, str] | None = None) -> CaptureRequest:
+    """Read ``STRANDS_TITO_CAPTURE`` (and ``STRANDS_TITO_OUTPUT``).
+
+    ``1`` (or ``true``/``on``/``yes``) switches capture on: spans are exported over OTLP when an endpoint is set
+    (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), and ``STRANDS_TITO_OUTPUT=PATH``
+    makes the process assemble its own trajectories into that JSONL file. ``otlp`` exports even to the default
+    endpoint, ``jsonl:PATH`` is the same as ``STRANDS_TITO_OUTPUT``; items combine with commas. ``0`` or empty: off.
 
     Raises:
         CaptureConfigError: an unknown item, or an empty ``jsonl:`` path.
     """
+    env = os.environ if environ is None else environ
     items = [item.strip() for item in value.split(",") if item.strip()]
-    if len(items) == 1 and items[0].lower() in OFF_VALUES:
+    if not items or (len(items) == 1 and items[0].lower() in OFF_VALUES):
         return CaptureRequest()
     otlp, jsonl = False, []
     for item in items:
         lowered = item.lower()
-        if lowered in ON_VALUES:
+        if lowered == "otlp":
             otlp = True
+        elif lowered in ON_VALUES:
+            otlp = otlp or any(env.get(name, "").strip() for name in _ENDPOINT_VARIABLES)
         elif lowered.startswith("jsonl:") and item[len("jsonl:") :].strip():
-            # Relative to the directory the process started in.
-            jsonl.append(Path(os.path.abspath(os.path.expanduser(item[len("jsonl:") :].strip()))))
+            jsonl.append(item[len("jsonl:") :].strip())
         else:
             raise CaptureConfigError(
-                f"{ENV_CAPTURE}={value!r}: cannot read {item!r}; use otlp (or 1), jsonl:PATH, both comma-separated, "
+                f"{ENV_CAPTURE}={value!r}: cannot read {item!r}; use 1 (or otlp, jsonl:PATH, comma-separated), "
                 "or 0 for off"
             )
-    return CaptureRequest(otlp, tuple(dict.fromkeys(jsonl)))
+    if env.get(ENV_OUTPUT, "").strip():
+        jsonl.append(env[ENV_OUTPUT].strip())
+    # Relative paths are relative to the directory the process started in.
+    paths = (Path(os.path.abspath(os.path.expanduser(p))) for p in jsonl)
+    return CaptureRequest(otlp, tuple(dict.fromkeys(paths)), enabled=True)
 
 
 def otlp_protocol() -> str:
