@@ -2,8 +2,8 @@
 
 Needs an SGLang server at $SGLANG_URL (or the local stand-in: `strands-tito engine --port 30000`). Any of:
 
-    STRANDS_TITO_CAPTURE=otlp OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 python examples/capture_agent.py
-    STRANDS_TITO_CAPTURE=jsonl:trajectories.jsonl python examples/capture_agent.py
+    STRANDS_TITO_CAPTURE=1 OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 python examples/capture_agent.py
+    STRANDS_TITO_CAPTURE=1 STRANDS_TITO_OUTPUT=trajectories.jsonl python examples/capture_agent.py
     OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_METRICS_EXPORTER=none \\
         OTEL_LOGS_EXPORTER=none OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 \\
         opentelemetry-instrument python examples/capture_agent.py

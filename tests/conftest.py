@@ -6,6 +6,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from strands import Agent
 from strands.agent.conversation_manager import NullConversationManager
 from transformers import PreTrainedTokenizerBase
@@ -92,3 +96,56 @@ def assert_matches_engine(trajectory: Trajectory, records: list[EngineRecord]) -
         assert not any(trajectory.loss_mask[turn.prompt_start : turn.output_start])
     last = records[-1]
     assert (last.input_ids or []) + (last.output_ids or []) == trajectory.token_ids
+
+
+# -- span capture (shared by the capture tests) ----------------------------------------------------------------------
+
+
+class _Dispatch(SpanProcessor):
+    """The one global provider's processor; each test plugs its own processors in and out."""
+
+    def __init__(self) -> None:
+        self.targets: list[SpanProcessor] = []
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        for target in list(self.targets):
+            target.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        for target in list(self.targets):
+            target.on_end(span)
+
+
+_DISPATCH = _Dispatch()
+
+
+@pytest.fixture(scope="session")
+def provider() -> TracerProvider:
+    """A real SDK provider, installed globally once (OpenTelemetry allows that only once per process)."""
+    current = trace.get_tracer_provider()
+    if not isinstance(current, TracerProvider):
+        current = TracerProvider()
+        trace.set_tracer_provider(current)
+    current.add_span_processor(_DISPATCH)
+    return current
+
+
+@pytest.fixture
+def plug(provider: TracerProvider) -> Iterator[Callable[[SpanProcessor], None]]:
+    plugged: list[SpanProcessor] = []
+
+    def add(processor: SpanProcessor) -> None:
+        plugged.append(processor)
+        _DISPATCH.targets.append(processor)
+
+    yield add
+    for processor in plugged:
+        _DISPATCH.targets.remove(processor)
+        processor.shutdown()
+
+
+@pytest.fixture
+def memory(plug: Callable[[SpanProcessor], None]) -> InMemorySpanExporter:
+    exporter = InMemorySpanExporter()
+    plug(SimpleSpanProcessor(exporter))
+    return exporter

@@ -9,77 +9,25 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
-from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from strands_tito import capture, spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
-from strands_tito.demo import calculator
 from strands_tito.engine import Reply, Script
 from strands_tito.otlp import iter_spans, parse_request
 from strands_tito.trajectory import Trajectory
 
 from .conftest import make_agent, make_model
 from .test_sglang_model import DRIFT_CASES, IM_END, hermes_call, slow_echo
-
-
-class _Dispatch(SpanProcessor):
-    """The one global provider's processor; each test plugs its own processors in and out."""
-
-    def __init__(self) -> None:
-        self.targets: list[SpanProcessor] = []
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        for target in list(self.targets):
-            target.on_start(span, parent_context)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        for target in list(self.targets):
-            target.on_end(span)
-
-
-_DISPATCH = _Dispatch()
-
-
-@pytest.fixture(scope="session")
-def provider() -> TracerProvider:
-    """A real SDK provider, installed globally once (OpenTelemetry allows that only once per process)."""
-    current = trace.get_tracer_provider()
-    if not isinstance(current, TracerProvider):
-        current = TracerProvider()
-        trace.set_tracer_provider(current)
-    current.add_span_processor(_DISPATCH)
-    return current
-
-
-@pytest.fixture
-def plug(provider: TracerProvider) -> Iterator[Callable[[SpanProcessor], None]]:
-    plugged: list[SpanProcessor] = []
-
-    def add(processor: SpanProcessor) -> None:
-        plugged.append(processor)
-        _DISPATCH.targets.append(processor)
-
-    yield add
-    for processor in plugged:
-        _DISPATCH.targets.remove(processor)
-        processor.shutdown()
-
-
-@pytest.fixture
-def memory(plug: Callable[[SpanProcessor], None]) -> InMemorySpanExporter:
-    exporter = InMemorySpanExporter()
-    plug(SimpleSpanProcessor(exporter))
-    return exporter
+from .tools import calculator
 
 
 def assemble(items: list[tuple[dict[str, Any], int, str]], wanted: set[str]) -> dict[str, TrajectoryRecord]:

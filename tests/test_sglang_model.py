@@ -27,10 +27,10 @@ from strands_tito import (
     ToolLimiter,
     get_tool_parser,
 )
-from strands_tito.demo import calculator
 from strands_tito.engine import Fault, Reply, Script, routed_experts_for
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
+from .tools import calculator
 
 IM_END = 151645
 

@@ -1,93 +1,98 @@
-"""The main job on the embedded default: a Strands agent with a tool, run against the local engine.
+"""The main job on the embedded default: the whole path on one machine.
 
-It prints the captured trajectory, coloured by loss mask, and checks it token for token against what the engine
-received and produced.
+Local SGLang-protocol engine -> an unchanged example agent (``examples/capture_agent.py``), switched on by
+environment variables only -> OTLP -> the collector -> trajectories written to JSONL -> shown, and checked token for
+token against what the engine received and produced.
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import operator
+import json
+import os
+import subprocess
 import sys
-from typing import Any
+import threading
+import time
+from pathlib import Path
 
-from strands import Agent, tool
-from strands.agent.conversation_manager import NullConversationManager
-
+from .collector import Collector, CollectorConfig
 from .engine import LocalEngine, Reply, Script
-from .sglang import SGLangModel
 from .tokenizers import build_qwen3_tokenizer
 from .viewer import Decoder, render_text
 
-_OPS: dict[type, Any] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.Pow: operator.pow,
-    ast.USub: operator.neg,
-}
+AGENT = Path(__file__).resolve().parents[2] / "examples" / "capture_agent.py"
+CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 25, "b": 17}}\n</tool_call>'
+DEMO_SCRIPT = Script(turns=[Reply(text=CALL), Reply(text="25 + 17 = 42.")])
 
 
-def _evaluate(node: ast.AST) -> float:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-        return node.value
-    if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
-        return float(_OPS[type(node.op)](_evaluate(node.left), _evaluate(node.right)))
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _OPS:
-        return float(_OPS[type(node.op)](_evaluate(node.operand)))
-    raise ValueError(f"unsupported expression element: {ast.dump(node)}")
+def _start_collector(out: Path) -> tuple[Collector, asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, name="collector", daemon=True).start()
+    config = CollectorConfig(
+        store=out / "store" / "collector.db",
+        outputs=[f"jsonl:{out / 'trajectories.jsonl'}"],
+        http_port=0,
+        grpc_port=None,
+        progress_interval=0,
+    )
+    collector = Collector(config)
+    asyncio.run_coroutine_threadsafe(collector.start(), loop).result(30)
+    return collector, loop
 
 
-@tool
-def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression with + - * / ** and parentheses.
-
-    Args:
-        expression: The expression, e.g. "25 * 17".
-    """
-    value = _evaluate(ast.parse(expression, mode="eval").body)
-    return str(int(value)) if value.is_integer() else str(value)
-
-
-DEMO_SCRIPT = Script(
-    turns=[
-        Reply(text='<tool_call>\n{"name": "calculator", "arguments": {"expression": "25 * 17"}}\n</tool_call>'),
-        Reply(text="25 * 17 = 425."),
-    ]
-)
-
-
-async def run_demo(prompt: str = "What is 25 * 17?") -> int:
-    """Run the demo; returns a process exit code (0 when the capture matches the engine exactly)."""
+def run_demo(out: Path = Path("strands-tito-demo")) -> int:
+    """Run the whole path once; returns a process exit code (0 when the written trajectory is exact)."""
+    if not AGENT.exists():
+        print(f"strands-tito demo needs the repository's examples/ folder ({AGENT} not found)", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    output = out / "trajectories.jsonl"
+    already = len(output.read_text().splitlines()) if output.exists() else 0
     tokenizer = build_qwen3_tokenizer()
-    with LocalEngine(tokenizer, scripts=[DEMO_SCRIPT]) as engine:
-        model = SGLangModel(tokenizer=tokenizer, base_url=engine.base_url, sampling_params={"max_new_tokens": 512})
-        agent = Agent(
-            model=model,
-            tools=[calculator],
-            callback_handler=None,
-            conversation_manager=NullConversationManager(),
-            system_prompt="You are a careful assistant. Use the calculator for arithmetic.",
-        )
-        result = await agent.invoke_async(prompt)
-        await model.client.aclose()
-        records = [r for r in engine.records if r.path == "/generate" and r.status == 200]
-
-    trajectory = model.token_manager
-    print(render_text(trajectory.to_dict(), Decoder(tokenizer), color=sys.stdout.isatty()))
-    print(f"\nagent answer: {str(result).strip()}")
+    collector, loop = _start_collector(out)
+    try:
+        with LocalEngine(tokenizer, scripts=[DEMO_SCRIPT]) as engine:
+            env = {
+                **os.environ,
+                "SGLANG_URL": engine.base_url,
+                "STRANDS_TITO_CAPTURE": "1",
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.http_port}",
+                "OTEL_SERVICE_NAME": "strands-tito-demo",
+            }
+            print(f"engine {engine.base_url}, collector http://127.0.0.1:{collector.http_port}; running {AGENT.name}")
+            done = subprocess.run([sys.executable, str(AGENT)], env=env, capture_output=True, text=True, timeout=300)
+            if done.returncode != 0:
+                print(done.stdout + done.stderr, file=sys.stderr)
+                return 1
+            print(f"agent answered: {done.stdout.strip()}")
+            records = [r for r in engine.records if r.path == "/generate" and r.status == 200]
+        deadline = time.monotonic() + 30
+        lines: list[str] = []
+        while time.monotonic() < deadline:
+            lines = output.read_text().splitlines() if output.exists() else []
+            if len(lines) > already:
+                break
+            time.sleep(0.1)
+    finally:
+        asyncio.run_coroutine_threadsafe(collector.stop(), loop).result(60)
+        loop.call_soon_threadsafe(loop.stop)
+    if len(lines) <= already:
+        print("no trajectory arrived at the collector", file=sys.stderr)
+        return 1
+    record = json.loads(lines[-1])
+    print(render_text(record, Decoder(tokenizer), color=sys.stdout.isatty()))
     last = records[-1]
-    engine_view = (last.input_ids or []) + (last.output_ids or [])
-    exact = engine_view == trajectory.token_ids
+    exact = record["complete"] and record["token_ids"] == (last.input_ids or []) + (last.output_ids or [])
     print(
-        f"{len(records)} /generate calls; trajectory of {len(trajectory)} tokens "
+        f"\n{len(records)} /generate calls; the collector wrote a {'complete' if record['complete'] else 'INCOMPLETE'}"
+        f" trajectory of {len(record['token_ids'])} tokens to {output}, which "
         f"{'equals' if exact else 'DIFFERS FROM'} what the engine received and produced"
     )
+    print(f"look again with: strands-tito inspect {output} --tokenizer qwen3 --html {out / 'trajectories.html'}")
     return 0 if exact else 1
 
 
 def main() -> int:
     """Entry point of ``strands-tito demo``."""
-    return asyncio.run(run_demo())
+    return run_demo()
