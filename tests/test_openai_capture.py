@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (pytest fixtures imported from test_capture are redefined as test arguments)
 """Stock agents: Strands' own ``OpenAIModel`` against the local engine's chat endpoint, with token ids captured.
 
 Every call's recorded prompt and output ids must equal exactly what the engine rendered and generated for it; the
@@ -24,7 +23,6 @@ from strands.models.openai import OpenAIModel
 
 from strands_tito import capture, spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
-from strands_tito.demo import calculator
 from strands_tito.engine import EngineRecord, LocalEngine, Reply, Script
 from strands_tito.openai_capture import (
     ENV_FLAVOR,
@@ -37,8 +35,9 @@ from strands_tito.openai_capture import (
 )
 
 from .conftest import make_agent
-from .test_capture import assemble, from_memory, memory, plug, provider  # noqa: F401  (fixtures)
+from .test_capture import assemble, from_memory
 from .test_sglang_model import IM_END, hermes_call
+from .tools import calculator
 
 PIECES = [27, 14172, 13429, 29]  # "<tool_call>" spelled in plain pieces; a re-render spells it as one token
 CALL = hermes_call("calculator", expression="6 * 7")
