@@ -1,0 +1,503 @@
+"""The token-in/token-out machinery every strands-tito model provider shares.
+
+:class:`TokenModel` is a Strands ``Model`` that keeps one exact token :class:`~strands_tito.trajectory.Trajectory`
+per agent: it tokenizes the first prompt once and only the new messages after that (:class:`PromptEncoder`), never
+re-tokenizes generated tokens, fits the request into the context window, reads tool calls strictly from the output
+text (a malformed call becomes an error the model sees, never a call with made-up input), records each turn on the
+current span for trace capture, and maps server failures to Strands' exceptions.
+
+A provider subclass only says how one generation request is sent and how its reply is validated:
+:meth:`TokenModel._generate` takes a :class:`GenerationRequest` and returns a checked :class:`Generation` (or raises).
+:class:`~strands_tito.sglang.SGLangModel` does it with SGLang's ``/generate``, :class:`~strands_tito.vllm.VLLMModel`
+with vLLM's ``/inference/v1/generate`` or ``/v1/completions``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import math
+import threading
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar, cast
+
+from pydantic import BaseModel
+from strands.hooks import BeforeToolCallEvent
+from strands.models.model import Model
+from strands.types.content import Messages, SystemContentBlock
+from strands.types.event_loop import StopReason
+from strands.types.exceptions import ContextWindowOverflowException, ModelThrottledException
+from strands.types.streaming import StreamEvent
+from strands.types.tools import ToolChoice, ToolSpec
+from transformers import PreTrainedTokenizerBase
+
+from .capture import end_trajectory, end_when_collected, record_turn
+from .client import (
+    SGLangCancelledError,
+    SGLangClient,
+    SGLangClientError,
+    SGLangContextLengthError,
+    SGLangThrottledError,
+)
+from .prompt import PromptEncoder
+from .tool_parsers import HermesToolParser, ToolCall, ToolParser
+from .trajectory import FinishReason, Trajectory, TrajectoryError
+
+__all__ = [
+    "INVALID_TOOL_NAME",
+    "STATE_KEY",
+    "Generation",
+    "GenerationRequest",
+    "HistoryRewrittenError",
+    "TokenAbortedError",
+    "TokenModel",
+    "TokenResponseError",
+]
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T", bound=BaseModel)
+
+#: Key of the per-agent state in the ``model_state`` Strands keeps for each agent (shared by all providers).
+STATE_KEY = "strands_tito"
+#: Name given to a malformed tool call, one no tool can have.
+INVALID_TOOL_NAME = "invalid_tool_call"
+
+
+class TokenResponseError(SGLangClientError):
+    """A reply does not follow the server's protocol (missing fields, wrong lengths, NaN, ...).
+
+    Nothing from the reply is recorded. Each provider raises its own subclass.
+    """
+
+
+class TokenAbortedError(SGLangClientError):
+    """The server aborted the generation: an error, never a normal turn. Each provider raises its own subclass."""
+
+
+class HistoryRewrittenError(SGLangClientError):
+    """Messages the trajectory already holds were removed or changed (e.g. by a trimming conversation manager).
+
+    Token-in/token-out needs an append-only history; use ``NullConversationManager``.
+    """
+
+
+class _AgentState(dict[str, Any]):
+    """Per-agent trajectory state, stored in the ``model_state`` Strands keeps for each agent.
+
+    Strands deep-copies ``model_state`` around every model call; this object hands out itself instead, so the
+    trajectory is neither copied (that would cost O(length) per turn) nor lost. As a dict it serializes to ``{}``
+    with a session manager; a restored session then starts a new trajectory.
+    """
+
+    def __init__(self, epoch: int) -> None:
+        super().__init__()
+        self.epoch = epoch
+        self.trajectory = Trajectory()
+        self.cursor = 0
+        self.last_output_text: str | None = None
+        self.tool_parse_errors: dict[str, int] = {}
+        end_when_collected(self, self.trajectory)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _AgentState:
+        return self
+
+    # Identity, not dict contents: two agents' states are never "equal".
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return id(self)
+
+    def __copy__(self) -> _AgentState:
+        return self
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation a provider must send.
+
+    Attributes:
+        input_ids: The whole prompt: the trajectory so far plus the new prompt tokens.
+        new_prompt: How many tokens at the end of ``input_ids`` are new (not yet in the trajectory).
+        recorded: Tokens the trajectory already holds (0 on the first turn).
+        sampling_params: Server sampling parameters, the token cap already fitted to the context window.
+        return_logprob: Whether the turn's logprobs are to be recorded.
+        record: False for a generation that is not part of any trajectory (structured output).
+        cancel_signal: Drop the request when this is set while it is in flight.
+    """
+
+    input_ids: list[int]
+    new_prompt: int
+    recorded: int
+    sampling_params: dict[str, Any]
+    return_logprob: bool
+    record: bool = True
+    cancel_signal: threading.Event | None = None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A validated reply, ready to be recorded.
+
+    ``prompt_logprobs`` covers the ``new_prompt`` tokens of the request (or is None), ``output_logprobs`` the
+    ``output_ids``. ``aborted`` describes a server abort (``finish_reason == "abort"``). ``source`` names the endpoint
+    in error messages.
+    """
+
+    output_ids: list[int]
+    output_logprobs: list[float | None] | None
+    prompt_logprobs: list[float | None] | None
+    text: str
+    finish_reason: FinishReason
+    matched_stop: int | str | None
+    cached_tokens: int
+    completion_tokens: int
+    latency_s: float | None
+    request_id: str | None
+    weight_version: str | None
+    routed_experts: str | None
+    source: str
+    aborted: str | None = None
+
+
+class TokenModel(Model):
+    """Base of the token-in/token-out providers: per-agent trajectories, prompts, tools, limits, capture, errors.
+
+    Each agent using the model gets its own trajectory (kept in the per-agent model state Strands passes to
+    :meth:`stream`); ``model.token_manager`` is the trajectory of the agent that called the model last, which is the
+    agent's when only one uses it. Subclasses implement :meth:`_generate` and set the class attributes below.
+    """
+
+    #: Sampling parameter that caps the number of generated tokens (fitted to the context window each turn).
+    max_tokens_key: ClassVar[str] = "max_tokens"
+    #: Positions kept free after prompt + generated tokens (SGLang rejects prompt + max_new_tokens >= context).
+    reserved_positions: ClassVar[int] = 1
+    #: Sampling parameters sent unless the configuration overrides them.
+    default_sampling_params: ClassVar[dict[str, Any]] = {}
+    #: Errors raised for an unusable reply and a server abort.
+    response_error: ClassVar[type[TokenResponseError]] = TokenResponseError
+    aborted_error: ClassVar[type[TokenAbortedError]] = TokenAbortedError
+
+    client: SGLangClient
+    config: Any
+
+    def __init__(
+        self,
+        *,
+        tokenizer: PreTrainedTokenizerBase,
+        client: SGLangClient,
+        tool_parser: ToolParser | None,
+        defaults: dict[str, Any],
+        config: dict[str, Any],
+    ) -> None:
+        self.client = client
+        self.tokenizer = tokenizer
+        self.tool_parser = tool_parser or HermesToolParser()
+        self.config = dict(defaults)
+        self.update_config(**config)
+        self._epoch = 0
+        self._default_state = _AgentState(0)
+        self._last_state = self._default_state
+        self._malformed_calls: dict[str, str] = {}
+        self._hooked_agents: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._states: weakref.WeakSet[_AgentState] = weakref.WeakSet({self._default_state})
+
+    # -- to implement ----------------------------------------------------------------------------------------------
+
+    async def _generate(self, request: GenerationRequest) -> Generation:
+        """Send one generation and return the validated reply.
+
+        Raises:
+            SGLangCancelledError: The cancel signal was set (nothing is recorded).
+            SGLangContextLengthError, SGLangThrottledError: Mapped to Strands' exceptions by :meth:`stream`.
+            TokenResponseError: The reply cannot be used (a subclass per provider).
+        """
+        raise NotImplementedError
+
+    def _structured_output_params(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """Sampling parameters that constrain the output to a JSON schema."""
+        raise NotImplementedError
+
+    # -- configuration -------------------------------------------------------------------------------------------
+
+    def update_config(self, **model_config: Any) -> None:
+        """Update configuration keys."""
+        self.config.update(model_config)
+        self._prompts = PromptEncoder(self.tokenizer, enable_thinking=self.config.get("enable_thinking"))
+
+    def get_config(self) -> Any:
+        """Return the configuration."""
+        return self.config
+
+    # -- trajectory access (single-agent use) ----------------------------------------------------------------------
+
+    @property
+    def token_manager(self) -> Trajectory:
+        """Trajectory of the agent that used this model last (``token_ids``, ``loss_mask``, ``logprobs``, ...)."""
+        return self._last_state.trajectory
+
+    @property
+    def trajectory(self) -> Trajectory:
+        """Same as :attr:`token_manager`."""
+        return self._last_state.trajectory
+
+    @property
+    def routed_experts(self) -> list[str]:
+        """Per-turn base64 routed-expert slices of :attr:`token_manager`."""
+        return self._last_state.trajectory.routed_experts
+
+    @property
+    def tool_parse_errors(self) -> dict[str, int]:
+        """Malformed tool calls per tool name in :attr:`token_manager`'s episode."""
+        return self._last_state.tool_parse_errors
+
+    def trajectory_of(self, agent: Any) -> Trajectory:
+        """The trajectory of one agent that shares this model with others."""
+        state = getattr(agent, "_model_state", {}).get(STATE_KEY)
+        return state.trajectory if isinstance(state, _AgentState) and state.epoch == self._epoch else Trajectory()
+
+    def reset(self) -> None:
+        """Start a new episode: every agent's next call starts a new trajectory (earlier ones stay as they were).
+
+        Trajectories whose turns went out on spans get their end signal now.
+        """
+        for state in list(self._states):
+            end_trajectory(state.trajectory, "reset")
+        self._epoch += 1
+        self._default_state = _AgentState(self._epoch)
+        self._last_state = self._default_state
+        self._states.add(self._default_state)
+
+    # -- Strands Model API -----------------------------------------------------------------------------------------
+
+    def _state(self, model_state: dict[str, Any] | None) -> _AgentState:
+        if model_state is None:
+            state = self._default_state
+        else:
+            found = model_state.get(STATE_KEY)
+            state = found if isinstance(found, _AgentState) and found.epoch == self._epoch else _AgentState(self._epoch)
+            model_state[STATE_KEY] = state
+        if state.epoch != self._epoch:
+            state = self._default_state = _AgentState(self._epoch)
+        self._states.add(state)
+        return state
+
+    def _prompt_ids(
+        self,
+        state: _AgentState,
+        messages: Messages,
+        tool_specs: list[ToolSpec] | None,
+        system_prompt: str | None,
+    ) -> list[int]:
+        trajectory = state.trajectory
+        if not trajectory.turns:
+            return self._prompts.first_prompt(messages, tool_specs, system_prompt)
+        cursor = state.cursor
+        previous = messages[cursor - 1] if 0 < cursor <= len(messages) else None
+        if previous is None or previous["role"] != "assistant" or _plain_text(previous) != state.last_output_text:
+            raise HistoryRewrittenError(
+                f"the agent's history no longer holds the model's last message at index {cursor - 1} "
+                f"({len(messages)} messages now); strands-tito needs an append-only history "
+                "(use NullConversationManager)"
+            )
+        return self._prompts.continuation(messages[cursor:], previous, trajectory.token_ids)
+
+    async def _context_limit(self) -> int | None:
+        limit = self.config.get("context_window_limit")
+        if limit:
+            return cast(int, limit)
+        try:
+            return await self.client.max_model_len()
+        except SGLangClientError as e:
+            logger.warning("error=<%s> | could not read the context length; will ask again next turn", e)
+            return None
+
+    def _sampling_params(self) -> dict[str, Any]:
+        return {**self.default_sampling_params, **self.config.get("sampling_params", {})}
+
+    async def stream(
+        self,
+        messages: Messages,
+        tool_specs: list[ToolSpec] | None = None,
+        system_prompt: str | None = None,
+        *,
+        tool_choice: ToolChoice | None = None,
+        system_prompt_content: list[SystemContentBlock] | None = None,
+        invocation_state: dict[str, Any] | None = None,
+        model_state: dict[str, Any] | None = None,
+        cancel_signal: threading.Event | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterable[StreamEvent]:
+        """Generate one assistant turn from token IDs and record it in the agent's trajectory.
+
+        Raises:
+            ContextWindowOverflowException: No room is left in the context window.
+            ModelThrottledException: The server stayed overloaded through every retry.
+            TokenAbortedError, TokenResponseError, HistoryRewrittenError, SGLangClientError: see their docs (the
+                first two as the provider's own subclasses).
+        """
+        state = self._state(model_state)
+        self._last_state = state
+        agent = (invocation_state or {}).get("agent")
+        if agent is not None and agent not in self._hooked_agents:
+            agent.add_hook(self._cancel_malformed_call, BeforeToolCallEvent)
+            self._hooked_agents.add(agent)
+
+        trajectory = state.trajectory
+        prompt_ids = self._prompt_ids(state, messages, tool_specs, system_prompt)
+        input_ids = trajectory.token_ids + prompt_ids
+        sampling_params = self._sampling_params()
+        limit = await self._context_limit()
+        if limit is not None:
+            room = limit - len(input_ids) - self.reserved_positions
+            if room <= 0:
+                raise ContextWindowOverflowException(
+                    f"prompt of {len(input_ids)} tokens leaves no room in the {limit}-token context window"
+                )
+            key = self.max_tokens_key
+            sampling_params[key] = min(sampling_params.get(key) or room, room)
+
+        yield {"messageStart": {"role": "assistant"}}
+        request = GenerationRequest(
+            input_ids=input_ids,
+            new_prompt=len(prompt_ids),
+            recorded=len(trajectory),
+            sampling_params=sampling_params,
+            return_logprob=bool(self.config.get("return_logprob", True)),
+            cancel_signal=cancel_signal,
+        )
+        try:
+            reply = await self._generate(request)
+        except SGLangCancelledError:
+            return  # Strands reports the turn as cancelled; nothing was recorded.
+        except SGLangContextLengthError as e:
+            raise ContextWindowOverflowException(str(e)) from e
+        except SGLangThrottledError as e:
+            raise ModelThrottledException(str(e)) from e
+
+        if reply.finish_reason == "abort":
+            raise self.aborted_error(f"generation aborted by the server: {reply.aborted}")
+        text = reply.text
+        try:
+            turn = trajectory.append_turn(
+                prompt_ids,
+                reply.output_ids,
+                finish_reason=reply.finish_reason,
+                prompt_logprobs=reply.prompt_logprobs,
+                output_logprobs=reply.output_logprobs,
+                matched_stop=reply.matched_stop,
+                prompt_tokens=len(input_ids),
+                cached_tokens=reply.cached_tokens,
+                latency_s=reply.latency_s,
+                request_id=reply.request_id,
+                weight_version=reply.weight_version,
+                routed_experts=reply.routed_experts,
+            )
+        except TrajectoryError as e:
+            raise self.response_error(f"{reply.source} reply cannot be recorded: {e}") from e
+        state.cursor = len(messages) + 1
+        state.last_output_text = text
+
+        calls = self.tool_parser.parse(text, tool_specs) if tool_specs else []
+        record_turn(
+            trajectory,
+            turn,
+            model_id=self.config.get("model_id"),
+            tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
+            routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
+        )
+        if text:
+            yield {"contentBlockStart": {"start": {}}}
+            yield {"contentBlockDelta": {"delta": {"text": text}}}
+            yield {"contentBlockStop": {}}
+        for call in calls:
+            for event in self._tool_use_events(state, call):
+                yield event
+
+        stop_reason: StopReason = "end_turn"
+        if reply.finish_reason == "length":
+            stop_reason = "max_tokens"
+        elif calls:
+            stop_reason = "tool_use"
+        yield {"messageStop": {"stopReason": stop_reason}}
+        usage = {
+            "inputTokens": len(input_ids),
+            "outputTokens": len(reply.output_ids),
+            "totalTokens": len(input_ids) + len(reply.output_ids),
+            "cacheReadInputTokens": reply.cached_tokens,
+        }
+        metrics = {"latencyMs": round((reply.latency_s or 0.0) * 1000)}
+        yield cast(StreamEvent, {"metadata": {"usage": usage, "metrics": metrics}})
+
+    def _tool_use_events(self, state: _AgentState, call: ToolCall) -> list[StreamEvent]:
+        name = call.name
+        if call.error is not None:
+            label = call.name or "unknown"
+            state.tool_parse_errors[label] = state.tool_parse_errors.get(label, 0) + 1
+            self._malformed_calls[call.id] = (
+                f"Invalid tool call: {call.error}. The call was not executed.\nRaw tool call text: {call.raw}"
+            )
+            # A name no tool can have: even without the cancelling hook the call can never run with made-up input.
+            name = INVALID_TOOL_NAME
+        return [
+            {"contentBlockStart": {"start": {"toolUse": {"toolUseId": call.id, "name": name}}}},
+            {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(call.input)}}}},
+            {"contentBlockStop": {}},
+        ]
+
+    def _cancel_malformed_call(self, event: BeforeToolCallEvent) -> None:
+        message = self._malformed_calls.pop(str(event.tool_use.get("toolUseId")), None)
+        if message is not None:
+            event.cancel_tool = message
+
+    async def structured_output(
+        self, output_model: type[T], prompt: Messages, system_prompt: str | None = None, **kwargs: Any
+    ) -> AsyncGenerator[dict[str, T | Any], None]:
+        """Constrained decoding to the output model's JSON schema; not part of any trajectory."""
+
+        input_ids = self._prompts.first_prompt(prompt, None, system_prompt)
+        sampling_params = {
+            **self._sampling_params(),
+            **self._structured_output_params(output_model.model_json_schema()),
+        }
+        request = GenerationRequest(
+            input_ids=input_ids,
+            new_prompt=len(input_ids),
+            recorded=0,
+            sampling_params=sampling_params,
+            return_logprob=False,
+            record=False,
+        )
+        try:
+            reply = await self._generate(request)
+        except SGLangContextLengthError as e:
+            raise ContextWindowOverflowException(str(e)) from e
+        except SGLangThrottledError as e:
+            raise ModelThrottledException(str(e)) from e
+        if reply.finish_reason == "abort":
+            raise self.aborted_error("structured output generation aborted by the server")
+        yield {"output": output_model.model_validate_json(reply.text)}
+
+
+def _plain_text(message: Any) -> str:
+    return "".join(block["text"] for block in message["content"] if "text" in block)
+
+
+def finite_logprob(value: Any, where: str, error: type[TokenResponseError]) -> float | None:
+    """A logprob from a reply: None stays None, anything but a finite number raises ``error``."""
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise error(f"{where}: logprob {value!r} is not a finite number")
+    return float(value)
+
+
+def check_token_ids(value: Any, where: str, error: type[TokenResponseError]) -> list[int]:
+    """A list of token ids from a reply (non-negative ints), or ``error``."""
+    if not isinstance(value, list) or not all(type(t) is int and t >= 0 for t in value):
+        raise error(f"{where} is not a list of token ids")
+    return value
