@@ -28,6 +28,7 @@ from .sglang import (
 from .slime import get_client, get_client_from_slime_args, get_tokenizer
 from .tool_parsers import HermesToolParser, QwenXMLToolParser, ToolCall, ToolParser, get_tool_parser
 from .trajectory import Segment, Trajectory, TrajectoryError, Turn, decode_routed_experts
+from .vllm import VLLMAbortedError, VLLMClient, VLLMConfig, VLLMEndpointError, VLLMModel, VLLMResponseError
 
 __all__ = [
     "HermesToolParser",
@@ -57,6 +58,12 @@ __all__ = [
     "Trajectory",
     "TrajectoryError",
     "Turn",
+    "VLLMAbortedError",
+    "VLLMClient",
+    "VLLMConfig",
+    "VLLMEndpointError",
+    "VLLMModel",
+    "VLLMResponseError",
     "decode_routed_experts",
     "get_client",
     "get_client_from_slime_args",

@@ -255,6 +255,10 @@ class LocalEngine:
 
         self.openai_flavor: OpenAIFlavor = openai_flavor
         self._chat = ChatCompletions(self, openai_flavor, reasoning_parser)
+        from .vllm_api import VLLMEndpoints
+
+        #: vLLM's token-id endpoints; ``engine.vllm.scale_out = False`` imitates a server without --enable-scale-out.
+        self.vllm = VLLMEndpoints(self)
 
         self._routes: dict[str, dict[str, RouteHandler]] = {
             "/generate": {"POST": self._generate, "PUT": self._generate},
@@ -267,6 +271,8 @@ class LocalEngine:
             "/get_server_info": {"GET": self._server_info},
             "/v1/models": {"GET": self._models},
             "/v1/chat/completions": {"POST": self._chat.handle},
+            "/inference/v1/generate": {"POST": self.vllm.generate},
+            "/v1/completions": {"POST": self.vllm.completions},
             "/flush_cache": {"GET": self._flush_cache, "POST": self._flush_cache},
             "/abort_request": {"POST": self._abort_request},
             "/pause_generation": {"POST": self._pause_generation},
@@ -409,7 +415,7 @@ class LocalEngine:
             response = json_response({"detail": "Method Not Allowed"}, 405, {"allow": allow})
         else:
             response = await methods[method](request, conn, received)
-            if request.path in ("/generate", "/v1/chat/completions"):
+            if request.path in ("/generate", "/v1/chat/completions", "/inference/v1/generate", "/v1/completions"):
                 return response  # these write their own, richer records
         if isinstance(response, Response):
             body = _parse_body(request.body)

@@ -1,0 +1,533 @@
+"""`VLLMModel`: a token-in/token-out Strands model provider over vLLM.
+
+Token ids go in, the server's token ids and logprobs come back, and generated tokens are never re-tokenized. Two
+vLLM endpoints can do that:
+
+* ``POST /inference/v1/generate`` (vLLM's tokens-in/tokens-out endpoint): ``{"token_ids": [...],
+  "sampling_params": {...}}`` in, ``choices[0].token_ids`` and ``choices[0].logprobs.content[i].{token_id, logprob}``
+  out. The server registers it only with ``--enable-scale-out`` (or ``--tokens-only``); otherwise it answers 403.
+* ``POST /v1/completions`` with a token-id ``prompt`` and ``return_token_ids: true``: ``choices[0].token_ids`` and
+  ``choices[0].logprobs.token_logprobs``. Every vLLM OpenAI server has it.
+
+``endpoint="auto"`` (the default) uses the first and falls back to the second, once, if the server refuses it;
+``"generate"`` fails with an error naming ``--enable-scale-out`` instead; ``"completions"`` never tries the first.
+
+Everything else (per-agent trajectories, incremental prompts, strict tool parsing, context-window fitting, capture
+on spans, error mapping) is shared with :class:`~strands_tito.sglang.SGLangModel` through
+:class:`~strands_tito.token_model.TokenModel`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, cast
+
+from strands.models.model import BaseModelConfig
+from transformers import PreTrainedTokenizerBase
+
+from .client import (
+    SGLangClient,
+    SGLangContextLengthError,
+    SGLangDecodingError,
+    SGLangHTTPError,
+    _until_cancelled,
+)
+from .token_model import (
+    Generation,
+    GenerationRequest,
+    TokenAbortedError,
+    TokenModel,
+    TokenResponseError,
+    check_token_ids,
+    finite_logprob,
+)
+from .tool_parsers import ToolParser
+from .trajectory import FinishReason
+
+__all__ = [
+    "COMPLETIONS_PATH",
+    "GENERATE_PATH",
+    "VLLMAbortedError",
+    "VLLMClient",
+    "VLLMConfig",
+    "VLLMEndpointError",
+    "VLLMModel",
+    "VLLMResponseError",
+]
+
+logger = logging.getLogger(__name__)
+
+GENERATE_PATH = "/inference/v1/generate"
+COMPLETIONS_PATH = "/v1/completions"
+Endpoint = Literal["auto", "generate", "completions"]
+_ENDPOINTS: tuple[str, ...] = ("auto", "generate", "completions")
+# vLLM's 400 messages for prompts that do not fit (v0.32: the tokens endpoint's renderer, the OpenAI endpoints and
+# get_max_tokens); the SGLang markers of SGLangClient cover "maximum context length" already.
+_CONTEXT_MARKERS = (
+    "maximum context length",
+    "longer than the maximum model length",
+    "exceeds model's maximum context length",
+)
+_TOKEN_ID_PREFIX = "token_id:"
+
+
+class VLLMResponseError(TokenResponseError):
+    """A vLLM reply does not follow the protocol (missing token ids, wrong lengths, NaN logprobs, ...).
+
+    Nothing from the reply is recorded.
+    """
+
+
+class VLLMAbortedError(TokenAbortedError):
+    """vLLM aborted the generation (``finish_reason`` ``"abort"`` or ``"error"``): an error, never a normal turn."""
+
+
+class VLLMEndpointError(SGLangHTTPError):
+    """The server refuses or lacks the endpoint the configuration needs; the message names the vLLM flag to add."""
+
+
+class VLLMConfig(BaseModelConfig, total=False):
+    """Configuration of :class:`VLLMModel`.
+
+    Attributes:
+        model_id: The served model name (``vllm serve --served-model-name``), sent as ``model``; unset, the server's
+            default model is used.
+        sampling_params: vLLM ``SamplingParams`` keys (``max_tokens``, ``temperature``, ``top_p``, ``seed``, ``stop``,
+            ``structured_outputs``, ...). ``max_tokens`` is fitted to the room left in the context window.
+        return_logprob: Record output logprobs (default True).
+        return_prompt_logprobs: Also record logprobs of new prompt tokens (``prompt_logprobs: 0``; off by default
+            because vLLM computes them over the whole prompt and skips its prefix cache for such requests).
+        return_prompt_token_ids: Ask ``/inference/v1/generate`` to echo the prompt ids and check them against what
+            was sent (``/v1/completions`` always echoes them); costs O(context) bytes per turn.
+        endpoint: ``"auto"`` (default), ``"generate"`` or ``"completions"`` (see the module docs).
+        enable_thinking: Passed to the chat template; None keeps the template's default.
+        context_window_limit: Context length; when unset it is read from the server's ``/v1/models``.
+    """
+
+    model_id: str | None
+    sampling_params: dict[str, Any]
+    return_logprob: bool
+    return_prompt_logprobs: bool
+    return_prompt_token_ids: bool
+    endpoint: Endpoint
+    enable_thinking: bool | None
+
+
+class VLLMClient(SGLangClient):
+    """Async client for one vLLM server: the pooling, retries, deadline and cancellation of :class:`SGLangClient`,
+    with vLLM's endpoints and vLLM's wording in errors.
+
+    Errors keep their classes (:class:`SGLangContextLengthError` for prompts that do not fit, including vLLM's own
+    messages; :class:`SGLangThrottledError`; :class:`SGLangHTTPError`), so the model maps them like SGLang's.
+    """
+
+    async def request_json(self, method: str, path: str, payload: Any = None) -> Any:
+        """Send one request with retries (see :meth:`SGLangClient.request_json`); errors name vLLM and its flags."""
+        try:
+            return await super().request_json(method, path, payload)
+        except SGLangHTTPError as e:
+            body = e.body
+            context = e.status == 400 and any(marker in body.lower() for marker in _CONTEXT_MARKERS)
+            if context or isinstance(e, SGLangContextLengthError):
+                raise SGLangContextLengthError(
+                    e.status,
+                    body,
+                    f"vLLM returned HTTP 400 on {path}: the prompt does not fit the context window "
+                    f"(the server's --max-model-len): {body[:500]}",
+                ) from e
+            message = f"vLLM returned HTTP {e.status} on {path}: {body[:500]}"
+            if e.status == 404 and '"model"' in body and "does not exist" in body:
+                message += " (set model_id= to a name the server serves: vllm serve --served-model-name)"
+            raise type(e)(e.status, body, message) from e
+
+    async def post(
+        self, path: str, payload: dict[str, Any], cancel_signal: threading.Event | None = None
+    ) -> dict[str, Any]:
+        """POST a JSON object and return the reply object (not yet validated); honours ``cancel_signal``."""
+        request = self.request_json("POST", path, payload)
+        reply = await (request if cancel_signal is None else _until_cancelled(request, cancel_signal))
+        if not isinstance(reply, dict):
+            raise SGLangDecodingError(f"{path} returned a JSON {type(reply).__name__}, expected an object")
+        return reply
+
+
+def _endpoint_missing(error: SGLangHTTPError) -> bool:
+    """403 from a server without ``--enable-scale-out``; 404/405 (FastAPI's own body) from one without the route."""
+    if error.status == 403:
+        return True
+    return error.status in (404, 405) and '"detail"' in error.body
+
+
+class VLLMModel(TokenModel):
+    """Strands model provider that sends token IDs to vLLM and records the exact token trajectory.
+
+    ``VLLMModel(tokenizer=..., base_url=..., model_id=..., tool_parser=..., sampling_params=...)``, or with
+    ``client=`` a shared :class:`VLLMClient`. The same ``token_manager`` / ``trajectory_of`` / ``reset()`` surface,
+    trajectory type and span schema as :class:`~strands_tito.sglang.SGLangModel`.
+
+    Args:
+        tokenizer: The policy's Hugging Face tokenizer, with its chat template (the one vLLM serves).
+        base_url: Server URL (``http://host:8000``), used to create a client when ``client`` is not given.
+        model_id: The served model name (see :class:`VLLMConfig`).
+        tool_parser: How tool calls are read from output text (default :class:`HermesToolParser`).
+        sampling_params: vLLM sampling parameters.
+        client: A :class:`VLLMClient`; shared clients pool connections across models.
+        **config: Other :class:`VLLMConfig` keys.
+    """
+
+    max_tokens_key = "max_tokens"
+    # vLLM accepts prompt + max_tokens == max_model_len (SGLang needs one position free).
+    reserved_positions = 0
+    default_sampling_params: ClassVar[dict[str, Any]] = {}
+    response_error = VLLMResponseError
+    aborted_error = VLLMAbortedError
+
+    client: VLLMClient
+    config: VLLMConfig
+
+    def __init__(
+        self,
+        *,
+        tokenizer: PreTrainedTokenizerBase,
+        base_url: str | None = None,
+        model_id: str | None = None,
+        tool_parser: ToolParser | None = None,
+        sampling_params: dict[str, Any] | None = None,
+        client: VLLMClient | None = None,
+        **config: Any,
+    ) -> None:
+        if client is None:
+            if base_url is None:
+                raise ValueError("VLLMModel needs base_url= or client=")
+            client = VLLMClient(base_url)
+        if model_id is not None:
+            config["model_id"] = model_id
+        if sampling_params is not None:
+            config["sampling_params"] = sampling_params
+        endpoint = config.get("endpoint", "auto")
+        if endpoint not in _ENDPOINTS:
+            raise ValueError(f"endpoint must be one of {_ENDPOINTS}, got {endpoint!r}")
+        self._fell_back = False
+        super().__init__(
+            tokenizer=tokenizer,
+            client=client,
+            tool_parser=tool_parser,
+            defaults={
+                "return_logprob": True,
+                "return_prompt_logprobs": False,
+                "return_prompt_token_ids": False,
+                "endpoint": "auto",
+            },
+            config=config,
+        )
+        self._stop_ids = _eos_ids(tokenizer)
+
+    def update_config(self, **model_config: Any) -> None:
+        """Update configuration keys (see :class:`VLLMConfig`)."""
+        if model_config.get("endpoint", "auto") not in _ENDPOINTS:
+            raise ValueError(f"endpoint must be one of {_ENDPOINTS}, got {model_config['endpoint']!r}")
+        super().update_config(**model_config)
+        if "endpoint" in model_config:
+            self._fell_back = False
+
+    def get_config(self) -> VLLMConfig:
+        """Return the configuration."""
+        return self.config
+
+    @property
+    def endpoint_in_use(self) -> str:
+        """The path the next request goes to (``/inference/v1/generate`` or ``/v1/completions``)."""
+        endpoint = self.config.get("endpoint", "auto")
+        if endpoint == "completions" or (endpoint == "auto" and self._fell_back):
+            return COMPLETIONS_PATH
+        return GENERATE_PATH
+
+    # -- one request -----------------------------------------------------------------------------------------------
+
+    async def _generate(self, request: GenerationRequest) -> Generation:
+        if self.endpoint_in_use == GENERATE_PATH:
+            try:
+                return await self._via_generate(request)
+            except SGLangHTTPError as e:
+                if not _endpoint_missing(e):
+                    raise
+                if self.config.get("endpoint", "auto") == "generate":
+                    raise VLLMEndpointError(
+                        e.status,
+                        e.body,
+                        f"vLLM refused {GENERATE_PATH} (HTTP {e.status}): start the server with --enable-scale-out "
+                        f"(or --tokens-only), or use endpoint='completions' or 'auto'. Server said: {e.body[:300]}",
+                    ) from e
+                logger.warning(
+                    "status=<%d> | vLLM has no %s (start it with --enable-scale-out); using %s with token-id prompts",
+                    e.status,
+                    GENERATE_PATH,
+                    COMPLETIONS_PATH,
+                )
+                self._fell_back = True
+        return await self._via_completions(request)
+
+    def _common_sampling(self, request: GenerationRequest) -> dict[str, Any]:
+        sampling = dict(request.sampling_params)
+        if request.return_logprob:
+            sampling["logprobs"] = 0  # the sampled token only
+        if request.record and self.config.get("return_prompt_logprobs", False):
+            sampling["prompt_logprobs"] = 0
+        return sampling
+
+    async def _via_generate(self, request: GenerationRequest) -> Generation:
+        payload: dict[str, Any] = {
+            "request_id": uuid.uuid4().hex,
+            "token_ids": request.input_ids,
+            "sampling_params": self._common_sampling(request),
+            "stream": False,
+        }
+        model = self.config.get("model_id")
+        if model:
+            payload["model"] = model
+        if self.config.get("return_prompt_token_ids", False):
+            payload["return_token_ids"] = True
+        start = time.perf_counter()
+        raw = await self.client.post(GENERATE_PATH, payload, request.cancel_signal)
+        latency = time.perf_counter() - start
+        choice, finish, stop_reason, output_ids = _choice(raw, GENERATE_PATH)
+        output_logprobs = None
+        if request.return_logprob and finish != "abort":
+            output_logprobs = _generate_logprobs(choice.get("logprobs"), output_ids)
+        reply = _Parsed(choice, finish, stop_reason, output_ids, output_logprobs, raw.get("prompt_token_ids"))
+        return self._finish(raw, request, reply, raw.get("prompt_logprobs"), latency, GENERATE_PATH)
+
+    async def _via_completions(self, request: GenerationRequest) -> Generation:
+        payload: dict[str, Any] = {
+            **self._common_sampling(request),
+            "prompt": request.input_ids,
+            "return_token_ids": True,
+            # With logprobs, older servers without return_token_ids still identify each token ("token_id:N").
+            "return_tokens_as_token_ids": True,
+            "stream": False,
+        }
+        payload.setdefault("logprobs", 0)
+        model = self.config.get("model_id")
+        if model:
+            payload["model"] = model
+        start = time.perf_counter()
+        raw = await self.client.post(COMPLETIONS_PATH, payload, request.cancel_signal)
+        latency = time.perf_counter() - start
+        choice, finish, stop_reason, output_ids = _choice(raw, COMPLETIONS_PATH, allow_missing_ids=True)
+        logprobs = choice.get("logprobs")
+        tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+        if output_ids is None:
+            output_ids = _ids_from_logprob_tokens(logprobs)
+        elif (
+            isinstance(tokens, list)
+            and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens)
+            and _ids_from_logprob_tokens(logprobs) != output_ids
+        ):
+            raise VLLMResponseError(f"{COMPLETIONS_PATH} reply: token_ids and logprobs.tokens disagree")
+        output_logprobs = None
+        if request.return_logprob and finish != "abort":
+            output_logprobs = _completion_logprobs(logprobs, output_ids)
+        reply = _Parsed(choice, finish, stop_reason, output_ids, output_logprobs, choice.get("prompt_token_ids"))
+        return self._finish(raw, request, reply, choice.get("prompt_logprobs"), latency, COMPLETIONS_PATH)
+
+    def _finish(
+        self,
+        raw: dict[str, Any],
+        request: GenerationRequest,
+        reply: _Parsed,
+        prompt_logprob_entries: Any,
+        latency: float,
+        source: str,
+    ) -> Generation:
+        """The checks both endpoints share, then the text and the :class:`Generation`."""
+        input_ids = request.input_ids
+        choice, finish, stop_reason, output_ids = reply.choice, reply.finish, reply.stop_reason, reply.output_ids
+        usage = raw.get("usage")
+        if finish != "abort":
+            if not output_ids:
+                raise VLLMResponseError(f"{source} reply finished without generating any token")
+            prompt_tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+            if prompt_tokens is not None and prompt_tokens != len(input_ids):
+                raise VLLMResponseError(f"server counted {prompt_tokens!r} prompt tokens, {len(input_ids)} were sent")
+            if reply.prompt_ids is not None and reply.prompt_ids != input_ids:
+                raise VLLMResponseError(f"{source} reply: the server's prompt_token_ids differ from the ids sent")
+        prompt_logprobs = None
+        if request.record and self.config.get("return_prompt_logprobs", False) and finish != "abort":
+            prompt_logprobs = _prompt_logprobs(prompt_logprob_entries, input_ids, request.new_prompt, source)
+        cached = 0
+        details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+        if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+            cached = details["cached_tokens"]
+        matched: int | str | None = stop_reason
+        if finish == "stop" and matched is None and output_ids:
+            matched = output_ids[-1]
+        request_id = raw.get("request_id") or raw.get("id")
+        return Generation(
+            output_ids=output_ids,
+            output_logprobs=reply.output_logprobs,
+            prompt_logprobs=prompt_logprobs,
+            text=self._text(output_ids, finish, stop_reason),
+            finish_reason=finish,
+            matched_stop=matched,
+            cached_tokens=cached,
+            completion_tokens=len(output_ids),
+            latency_s=latency,
+            request_id=request_id if isinstance(request_id, str) else None,
+            weight_version=_weight_version(choice.get("weight_versions")),
+            routed_experts=None,
+            source=source,
+            aborted=f"finish_reason={choice.get('finish_reason')!r}" if finish == "abort" else None,
+        )
+
+    def _text(self, output_ids: list[int], finish: FinishReason, stop_reason: int | str | None) -> str:
+        """The output as text, decoded here from the ids (never the server's detokenization), with the matched stop
+        token or stop string trimmed as SGLang does."""
+        ids = output_ids
+        if finish == "stop" and ids:
+            last = ids[-1]
+            if (stop_reason is None and last in self._stop_ids) or (
+                isinstance(stop_reason, int) and last == stop_reason
+            ):
+                ids = ids[:-1]
+        text = str(self.tokenizer.decode(ids, skip_special_tokens=False))
+        if finish == "stop" and isinstance(stop_reason, str) and stop_reason:
+            position = text.find(stop_reason)
+            if position != -1:
+                text = text[:position]
+        return text
+
+    def _structured_output_params(self, schema: dict[str, Any]) -> dict[str, Any]:
+        return {"structured_outputs": {"json": schema}}
+
+
+# -- reply parsing --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Parsed:
+    """What one endpoint's reply says, in the shape both share."""
+
+    choice: dict[str, Any]
+    finish: FinishReason
+    stop_reason: int | str | None
+    output_ids: list[int]
+    output_logprobs: list[float | None] | None
+    prompt_ids: Any
+
+
+def _eos_ids(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    ids: set[int] = set()
+    eos = tokenizer.eos_token_id
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, list):
+        ids.update(i for i in eos if isinstance(i, int))
+    return frozenset(ids)
+
+
+def _choice(
+    raw: dict[str, Any], source: str, *, allow_missing_ids: bool = False
+) -> tuple[dict[str, Any], FinishReason, int | str | None, Any]:
+    choices = raw.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        raise VLLMResponseError(f"{source} reply has no single choice (n > 1 is not supported)")
+    choice = choices[0]
+    reason = choice.get("finish_reason")
+    if reason in ("abort", "error"):
+        finish: FinishReason = "abort"
+    elif reason in ("stop", "length"):
+        finish = cast(FinishReason, reason)
+    else:
+        raise VLLMResponseError(f"{source} reply has an unknown finish_reason {reason!r}")
+    stop_reason = choice.get("stop_reason")
+    if stop_reason is not None and (not isinstance(stop_reason, int | str) or isinstance(stop_reason, bool)):
+        raise VLLMResponseError(f"{source} reply has a stop_reason {stop_reason!r} that is not a token id or string")
+    ids = choice.get("token_ids")
+    if ids is None and finish == "abort":
+        ids = []
+    if ids is None and allow_missing_ids:
+        return choice, finish, stop_reason, None
+    if ids is None:
+        raise VLLMResponseError(f"{source} reply has no token_ids")
+    return choice, finish, stop_reason, check_token_ids(ids, f"{source} reply's token_ids", VLLMResponseError)
+
+
+def _generate_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float | None]:
+    content = logprobs.get("content") if isinstance(logprobs, dict) else None
+    where = f"{GENERATE_PATH} logprobs.content"
+    if not isinstance(content, list) or len(content) != len(output_ids):
+        got = len(content) if isinstance(content, list) else type(content).__name__
+        raise VLLMResponseError(f"{where}: expected {len(output_ids)} entries, got {got}")
+    out: list[float | None] = []
+    for i, (entry, token) in enumerate(zip(content, output_ids, strict=True)):
+        if not isinstance(entry, dict) or entry.get("token_id") != token:
+            raise VLLMResponseError(f"{where}[{i}]: entry {entry!r} does not describe token {token}")
+        out.append(finite_logprob(entry.get("logprob"), f"{where}[{i}]", VLLMResponseError))
+    return out
+
+
+def _ids_from_logprob_tokens(logprobs: Any) -> list[int]:
+    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+    ids: list[int] = []
+    if isinstance(tokens, list):
+        for token in tokens:
+            if not isinstance(token, str) or not token.startswith(_TOKEN_ID_PREFIX):
+                break
+            try:
+                ids.append(int(token[len(_TOKEN_ID_PREFIX) :]))
+            except ValueError:
+                break
+        else:
+            return ids
+    raise VLLMResponseError(
+        f"{COMPLETIONS_PATH} reply has no token ids (choices[0].token_ids): this vLLM predates return_token_ids "
+        "(v0.10.2). Upgrade it, start it with --enable-scale-out to use /inference/v1/generate, or start it with "
+        "--return-tokens-as-token-ids and keep return_logprob on"
+    )
+
+
+def _completion_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float | None]:
+    values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
+    where = f"{COMPLETIONS_PATH} logprobs.token_logprobs"
+    if not isinstance(values, list) or len(values) != len(output_ids):
+        got = len(values) if isinstance(values, list) else type(values).__name__
+        raise VLLMResponseError(f"{where}: expected {len(output_ids)} entries, got {got}")
+    return [finite_logprob(value, f"{where}[{i}]", VLLMResponseError) for i, value in enumerate(values)]
+
+
+def _prompt_logprobs(entries: Any, input_ids: Sequence[int], new_prompt: int, source: str) -> list[float | None]:
+    """The logprobs of the last ``new_prompt`` prompt tokens from vLLM's ``prompt_logprobs`` (first entry null)."""
+    where = f"{source} prompt_logprobs"
+    if not isinstance(entries, list) or len(entries) != len(input_ids):
+        got = len(entries) if isinstance(entries, list) else type(entries).__name__
+        raise VLLMResponseError(
+            f"{where}: expected {len(input_ids)} entries, got {got} (does the server allow prompt logprobs?)"
+        )
+    out: list[float | None] = []
+    start = len(input_ids) - new_prompt
+    for position in range(start, len(input_ids)):
+        entry = entries[position]
+        if entry is None:
+            out.append(None)
+            continue
+        found = entry.get(str(input_ids[position])) if isinstance(entry, dict) else None
+        if not isinstance(found, dict):
+            raise VLLMResponseError(f"{where}[{position}]: no entry for token {input_ids[position]}")
+        out.append(finite_logprob(found.get("logprob"), f"{where}[{position}]", VLLMResponseError))
+    return out
+
+
+def _weight_version(spans: Any) -> str | None:
+    if not isinstance(spans, list):
+        return None
+    versions: list[str] = []
+    for span in spans:
+        version = span.get("version") if isinstance(span, dict) else None
+        if version is not None and str(version) not in versions:
+            versions.append(str(version))
+    return ",".join(versions) if versions else None
