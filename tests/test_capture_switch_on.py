@@ -347,3 +347,21 @@ def test_the_pth_hook_is_installed_here_and_in_both_wheels(tmp_path) -> None:  #
     [entry_points] = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
     assert "[opentelemetry_instrumentor]\nstrands_tito = strands_tito.instrument:TitoInstrumentor" in text
+
+
+def test_stock_openai_agent_is_captured_by_the_variable(start_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An unchanged OpenAIModel agent: STRANDS_TITO_CAPTURE=1 records each call's exact token ids."""
+    pytest.importorskip("openai")
+    engine = start_engine(
+        Script(turns=[Reply(text=hermes_call("add", a=25, b=17)), Reply(text="25 + 17 = 42.")]), openai_flavor="vllm"
+    )
+    out = tmp_path / "calls.jsonl"
+    env = {capture.ENV_CAPTURE: "1", "STRANDS_TITO_OUTPUT": str(out), "OPENAI_BASE_URL": engine.base_url + "/v1"}
+    done = run(env, str(ROOT / "examples" / "openai_agent.py"))
+    assert done.returncode == 0, done.stderr
+    [line] = [json.loads(x) for x in out.read_text().splitlines()]
+    records = engine.chat_records()
+    assert line["complete"] is True and len(line["calls"]) == len(records) == 2
+    for call, record in zip(line["calls"], records, strict=True):
+        assert call["prompt_ids"] == record.input_ids and call["output_ids"] == record.output_ids
+    assert len(line["prefix_report"]) == 1

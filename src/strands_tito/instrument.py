@@ -180,6 +180,10 @@ class _Switch:
         check_span_limits(limits)
         if request.otlp or export_own_provider:
             otlp_protocol()
+        # Stock agents too: Strands' OpenAIModel against vLLM/SGLang records each call's token ids.
+        from .openai_capture import instrument_openai_model
+
+        instrument_openai_model()
         with self.lock:
             self.request = self.request.merged(request)
             self.export_own_provider = self.export_own_provider or export_own_provider
