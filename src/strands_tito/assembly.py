@@ -22,11 +22,11 @@ import logging
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from .spans import CallSpan, Decoded, EndSpan, RewardSpan, TurnSpan
+from .spans import CallSpan, Decoded, EndSpan, RewardSpan, SpanRef, TurnSpan
 from .trajectory import FinishReason, Trajectory, TrajectoryError, pack_int32
 
 logger = logging.getLogger(__name__)
@@ -132,8 +132,8 @@ class TrajectoryRecord:
 
 @dataclass
 class _Pending:
-    turns: dict[int, TurnSpan] = field(default_factory=dict)
-    calls: dict[int, CallSpan] = field(default_factory=dict)
+    turns: dict[int, TurnSpan | SpanRef] = field(default_factory=dict)
+    calls: dict[int, CallSpan | SpanRef] = field(default_factory=dict)
     rewards: list[RewardSpan] = field(default_factory=list)
     end: EndSpan | None = None
     conflicts: list[str] = field(default_factory=list)
@@ -166,9 +166,16 @@ class TrajectoryAssembler:
 
     Args:
         remember_finished: How many finished trajectory ids to remember, so late duplicates are recognised.
+        load: For readers that add :class:`~strands_tito.spans.SpanRef` (payload kept elsewhere, e.g. the
+            collector's store): returns a trajectory's unpacked turns and calls by index when it is finished.
     """
 
-    def __init__(self, remember_finished: int = 100_000) -> None:
+    def __init__(
+        self,
+        remember_finished: int = 100_000,
+        load: Callable[[str], tuple[dict[int, TurnSpan], dict[int, CallSpan]]] | None = None,
+    ) -> None:
+        self._load = load
         self._pending: dict[str, _Pending] = {}
         self._finished: OrderedDict[str, None] = OrderedDict()
         self._remember = remember_finished
@@ -195,9 +202,9 @@ class TrajectoryAssembler:
             pending.trace_ids.append(trace_id)
         if resource:
             pending.resource.update(resource)
-        if isinstance(span, TurnSpan):
+        if isinstance(span, TurnSpan) or (isinstance(span, SpanRef) and span.kind == "turn"):
             self._add_turn(pending, span)
-        elif isinstance(span, CallSpan):
+        elif isinstance(span, CallSpan | SpanRef):
             self._add_call(pending, span)
         elif isinstance(span, RewardSpan):
             if span not in pending.rewards:
@@ -210,7 +217,7 @@ class TrajectoryAssembler:
             return [self._finish(tid, None)]
         return []
 
-    def _add_turn(self, pending: _Pending, turn: TurnSpan) -> None:
+    def _add_turn(self, pending: _Pending, turn: TurnSpan | SpanRef) -> None:
         known = pending.turns.get(turn.index)
         if known is not None:
             if known == turn:
@@ -224,7 +231,7 @@ class TrajectoryAssembler:
         pending.turns[turn.index] = turn
         self.stats.turns += 1
 
-    def _add_call(self, pending: _Pending, call: CallSpan) -> None:
+    def _add_call(self, pending: _Pending, call: CallSpan | SpanRef) -> None:
         known = pending.calls.get(call.index)
         if known is not None:
             if known == call:
@@ -241,17 +248,15 @@ class TrajectoryAssembler:
     def conflict(self, span: Decoded) -> str | None:
         """Why ``span`` contradicts what is already held for its trajectory (a different turn at the same index)."""
         pending = self._pending.get(span.trajectory_id)
-        if pending is not None and isinstance(span, CallSpan):
-            known_call = pending.calls.get(span.index)
-            if known_call is None or known_call == span:
-                return None
-            return f"call {span.index} of trajectory {span.trajectory_id} conflicts with the one already received"
-        if pending is None or not isinstance(span, TurnSpan):
+        if pending is None or isinstance(span, RewardSpan | EndSpan):
             return None
-        known = pending.turns.get(span.index)
+        is_call = isinstance(span, CallSpan) or (isinstance(span, SpanRef) and span.kind == "call")
+        held: Mapping[int, object] = pending.calls if is_call else pending.turns
+        known = held.get(span.index)
         if known is None or known == span:
             return None
-        return f"turn {span.index} of trajectory {span.trajectory_id} conflicts with the one already received"
+        what = "call" if is_call else "turn"
+        return f"{what} {span.index} of trajectory {span.trajectory_id} conflicts with the one already received"
 
     def note_conflicts(self, trajectory_id: str, notes: list[str]) -> None:
         """Record conflicts found outside :meth:`add` (they make the trajectory incomplete)."""
@@ -273,8 +278,17 @@ class TrajectoryAssembler:
         self._finished[tid] = None
         while len(self._finished) > self._remember:
             self._finished.popitem(last=False)
+        turns: Mapping[int, TurnSpan | SpanRef] = pending.turns
+        calls: Mapping[int, CallSpan | SpanRef] = pending.calls
+        if self._load is not None and any(isinstance(s, SpanRef) for s in (*turns.values(), *calls.values())):
+            turns, calls = self._load(tid)
         record = build_record(
-            tid, pending.turns, pending.end, pending.conflicts, missing_end_reason, calls=pending.calls
+            tid,
+            cast(Mapping[int, TurnSpan], turns),
+            pending.end,
+            pending.conflicts,
+            missing_end_reason,
+            calls=cast(Mapping[int, CallSpan], calls),
         )
         record.rewards = [r.value for r in sorted(pending.rewards, key=lambda r: r.time_unix_nano)]
         record.trace_ids = pending.trace_ids

@@ -10,10 +10,13 @@ import base64
 import json
 import math
 import sys
+import zlib
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+import numpy as np
 
 from .trajectory import pack_int32
 
@@ -71,16 +74,6 @@ def _pack_floats(values: Sequence[float | None]) -> bytes:
     return packed.tobytes()
 
 
-def _unpack(raw: bytes, code: str, what: str) -> list[Any]:
-    if len(raw) % 4:
-        raise SpanSchemaError(f"{what}: {len(raw)} bytes is not a whole number of 4-byte values")
-    values = array(code)
-    values.frombytes(raw)
-    if sys.byteorder != "little":
-        values.byteswap()
-    return values.tolist()
-
-
 def encode_ids(ids: Sequence[int], encoding: Encoding) -> bytes | list[int]:
     """Token IDs as an attribute value."""
     return pack_int32(ids) if encoding == "packed" else list(ids)
@@ -93,26 +86,45 @@ def encode_logprobs(logprobs: Sequence[float | None], encoding: Encoding) -> byt
     return [math.nan if v is None else float(v) for v in logprobs]
 
 
-def _decode_ids(value: Any, what: str) -> list[int]:
+def _ids_array(value: Any, what: str) -> Any:
+    """Token IDs as a validated int32 numpy array (no Python objects made for packed bytes)."""
     if isinstance(value, bytes):
-        ids: list[int] = _unpack(value, "i", what)
+        if len(value) % 4:
+            raise SpanSchemaError(f"{what}: {len(value)} bytes is not a whole number of 4-byte values")
+        ids = np.frombuffer(value, dtype="<i4")
     elif isinstance(value, list | tuple) and all(type(v) is int for v in value):
-        ids = list(value)
+        try:
+            ids = np.array(value, dtype=np.int64)
+        except OverflowError:
+            raise SpanSchemaError(f"{what}: token id out of range") from None
     else:
         raise SpanSchemaError(f"{what}: expected packed int32 bytes or an int array, got {type(value).__name__}")
-    if any(v < 0 for v in ids):
+    if ids.size and ids.min() < 0:
         raise SpanSchemaError(f"{what}: negative token id")
     return ids
 
 
-def _decode_logprobs(value: Any, what: str) -> list[float | None]:
+def _logprobs_array(value: Any, what: str) -> Any:
+    """Logprobs as a validated float numpy array, NaN where the value is missing."""
     if isinstance(value, bytes):
-        floats: list[float] = _unpack(value, "f", what)
-    elif isinstance(value, list | tuple) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
-        floats = [float(v) for v in value]
-    else:
-        raise SpanSchemaError(f"{what}: expected packed float32 bytes or a float array, got {type(value).__name__}")
-    return [None if math.isnan(v) else v for v in floats]
+        if len(value) % 4:
+            raise SpanSchemaError(f"{what}: {len(value)} bytes is not a whole number of 4-byte values")
+        return np.frombuffer(value, dtype="<f4")
+    if isinstance(value, list | tuple) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+        return np.array(value, dtype=np.float64)
+    raise SpanSchemaError(f"{what}: expected packed float32 bytes or a float array, got {type(value).__name__}")
+
+
+def _ids_list(ids: Any) -> list[int]:
+    values: list[int] = ids.tolist()
+    return values
+
+
+def _logprobs_list(values: Any) -> list[float | None]:
+    floats: list[float] = values.astype(np.float64).tolist()
+    if np.isnan(values).any():
+        return [None if v != v else v for v in floats]  # v != v only for NaN
+    return list(floats)
 
 
 @dataclass(frozen=True)
@@ -179,7 +191,21 @@ class EndSpan:
     call's prompt and output lengths and ``crc32`` the running CRC-32 over each call's prompt then output ids."""
 
 
-Decoded = TurnSpan | RewardSpan | EndSpan | CallSpan
+@dataclass(frozen=True)
+class SpanRef:
+    """A turn or call span that was fully validated but not unpacked into Python lists.
+
+    The collector keeps only these in memory (the payload waits in its store) and unpacks a trajectory's spans when
+    it is finished; ``digest`` tells an identical retry from a conflicting span.
+    """
+
+    kind: str
+    trajectory_id: str
+    index: int
+    digest: int
+
+
+Decoded = TurnSpan | RewardSpan | EndSpan | CallSpan | SpanRef
 
 
 def turn_attributes(
@@ -267,22 +293,35 @@ def call_attributes(
     return attributes
 
 
-def _decode_call(attributes: Mapping[str, Any], trajectory_id: str) -> CallSpan:
-    prompt_ids = _decode_ids(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
-    output_ids = _decode_ids(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
-    output_logprobs = _decode_logprobs(_get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS)
+def _digest(attributes: Mapping[str, Any]) -> int:
+    """CRC-32 over a span's strands-tito attributes, to tell an identical retry from a conflicting span."""
+    crc = 0
+    for key in sorted(k for k in attributes if k.startswith(PREFIX)):
+        value = attributes[key]
+        crc = zlib.crc32(key.encode(), crc)
+        crc = zlib.crc32(value if isinstance(value, bytes) else repr(value).encode(), crc)
+    return crc
+
+
+def _decode_call(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool) -> CallSpan | SpanRef:
+    prompt_ids = _ids_array(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
+    output_ids = _ids_array(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
+    output_logprobs = _logprobs_array(_get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS)
     if len(output_logprobs) != len(output_ids):
         raise SpanSchemaError("logprob arrays and token arrays differ in length")
     index = _get(attributes, CALL_INDEX, int)
     if index < 0:
         raise SpanSchemaError("negative call index")
+    finish_reason = _get(attributes, FINISH_REASON, str)
+    if not unpack:
+        return SpanRef("call", trajectory_id, index, _digest(attributes))
     return CallSpan(
         trajectory_id=trajectory_id,
         index=index,
-        prompt_ids=prompt_ids,
-        output_ids=output_ids,
-        output_logprobs=output_logprobs,
-        finish_reason=_get(attributes, FINISH_REASON, str),
+        prompt_ids=_ids_list(prompt_ids),
+        output_ids=_ids_list(output_ids),
+        output_logprobs=_logprobs_list(output_logprobs),
+        finish_reason=finish_reason,
         model_id=_opt_str(attributes.get(MODEL_ID)),
         request_id=_opt_str(attributes.get(REQUEST_ID)),
     )
@@ -302,8 +341,11 @@ def is_tito_span(attributes: Mapping[str, Any]) -> bool:
     return SCHEMA in attributes or TRAJECTORY_ID in attributes
 
 
-def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0) -> Decoded:
+def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, unpack: bool = True) -> Decoded:
     """Decode and validate a strands-tito span's attributes (plain Python values, as the SDK or OTLP give them).
+
+    With ``unpack=False`` a turn or call is validated just as thoroughly but comes back as a :class:`SpanRef`
+    (no token lists are built; packed arrays are checked with numpy), for a reader that keeps the payload elsewhere.
 
     Raises:
         SpanSchemaError: unknown schema version, missing or mistyped attributes, wrong packed lengths.
@@ -330,13 +372,13 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0) -> D
             str(attributes.get(END_UNIT, "turns")),
         )
     if kind == "call":
-        return _decode_call(attributes, trajectory_id)
+        return _decode_call(attributes, trajectory_id, unpack)
     if kind != "turn":
         raise SpanSchemaError(f"unknown {KIND} {kind!r}")
-    prompt_ids = _decode_ids(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
-    output_ids = _decode_ids(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
-    prompt_logprobs = _decode_logprobs(_get(attributes, PROMPT_LOGPROBS, (bytes, list, tuple)), PROMPT_LOGPROBS)
-    output_logprobs = _decode_logprobs(_get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS)
+    prompt_ids = _ids_array(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
+    output_ids = _ids_array(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
+    prompt_logprobs = _logprobs_array(_get(attributes, PROMPT_LOGPROBS, (bytes, list, tuple)), PROMPT_LOGPROBS)
+    output_logprobs = _logprobs_array(_get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS)
     if len(prompt_logprobs) != len(prompt_ids) or len(output_logprobs) != len(output_ids):
         raise SpanSchemaError("logprob arrays and token arrays differ in length")
     errors_raw = attributes.get(TOOL_PARSE_ERRORS)
@@ -351,16 +393,20 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0) -> D
     prefix_length = _get(attributes, PREFIX_LENGTH, int)
     if index < 0 or prefix_length < 0:
         raise SpanSchemaError("negative turn index or prefix length")
+    prefix_crc32 = _get(attributes, PREFIX_CRC32, int)
+    finish_reason = _get(attributes, FINISH_REASON, str)
+    if not unpack:
+        return SpanRef("turn", trajectory_id, index, _digest(attributes))
     return TurnSpan(
         trajectory_id=trajectory_id,
         index=index,
         prefix_length=prefix_length,
-        prefix_crc32=_get(attributes, PREFIX_CRC32, int),
-        prompt_ids=prompt_ids,
-        prompt_logprobs=prompt_logprobs,
-        output_ids=output_ids,
-        output_logprobs=output_logprobs,
-        finish_reason=_get(attributes, FINISH_REASON, str),
+        prefix_crc32=prefix_crc32,
+        prompt_ids=_ids_list(prompt_ids),
+        prompt_logprobs=_logprobs_list(prompt_logprobs),
+        output_ids=_ids_list(output_ids),
+        output_logprobs=_logprobs_list(output_logprobs),
+        finish_reason=finish_reason,
         cached_tokens=int(attributes.get(CACHED_TOKENS, 0)),
         request_id=_opt_str(attributes.get(REQUEST_ID)),
         weight_version=_opt_str(attributes.get(WEIGHT_VERSION)),
@@ -384,6 +430,7 @@ __all__ = [
     "CallSpan",
     "EndSpan",
     "RewardSpan",
+    "SpanRef",
     "SpanSchemaError",
     "TurnSpan",
     "call_attributes",

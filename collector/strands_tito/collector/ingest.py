@@ -75,7 +75,9 @@ class Ingestor:
     def __init__(self, store: Store, exporters: list[str], on_finished: Callable[[], None] = lambda: None) -> None:
         self.store = store
         self.exporters = exporters
-        self.assembler = TrajectoryAssembler()
+        # Only span references stay in memory; a trajectory's payload is read back from the store when it ends, so
+        # memory does not grow with the number of trajectories in flight.
+        self.assembler = TrajectoryAssembler(load=self._load)
         self.on_finished = on_finished
         self._lock = threading.Lock()
         self.finished_complete = 0
@@ -89,7 +91,7 @@ class Ingestor:
             for stored in self.store.open_spans():
                 span = Span()
                 span.ParseFromString(stored.span)
-                decoded = schema.decode_span(attributes_of(span.attributes), span.end_time_unix_nano)
+                decoded = schema.decode_span(attributes_of(span.attributes), span.end_time_unix_nano, unpack=False)
                 done.extend(self.assembler.add(decoded, trace_id=stored.trace_id, resource=stored.resource))
                 replayed += 1
             self._finish(done)
@@ -110,7 +112,7 @@ class Ingestor:
                         result.ignored += 1
                         continue
                     try:
-                        decoded = schema.decode_span(attributes, span.end_time_unix_nano)
+                        decoded = schema.decode_span(attributes, span.end_time_unix_nano, unpack=False)
                     except schema.SpanSchemaError as e:
                         result.errors.append(f"span {span.span_id.hex()}: {e}")
                         continue
@@ -150,6 +152,19 @@ class Ingestor:
         if done:
             self.on_finished()
         return result
+
+    def _load(self, trajectory_id: str) -> tuple[dict[int, schema.TurnSpan], dict[int, schema.CallSpan]]:
+        turns: dict[int, schema.TurnSpan] = {}
+        calls: dict[int, schema.CallSpan] = {}
+        for stored in self.store.spans_of(trajectory_id):
+            span = Span()
+            span.ParseFromString(stored.span)
+            decoded = schema.decode_span(attributes_of(span.attributes), span.end_time_unix_nano)
+            if isinstance(decoded, schema.TurnSpan):
+                turns.setdefault(decoded.index, decoded)
+            elif isinstance(decoded, schema.CallSpan):
+                calls.setdefault(decoded.index, decoded)
+        return turns, calls
 
     def sweep(self, idle_seconds: float) -> int:
         """Finish trajectories idle longer than ``idle_seconds`` (as incomplete); returns how many."""

@@ -166,6 +166,16 @@ class Store:
         for trace_id, span_id, trajectory_id, span, resource in rows:
             yield StoredSpan(trace_id, span_id, trajectory_id, span, json.loads(resource))
 
+    def spans_of(self, trajectory_id: str) -> list[StoredSpan]:
+        """The stored spans of one open trajectory, in arrival order."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT trace_id, span_id, trajectory_id, span, resource FROM spans WHERE trajectory_id = ? "
+                "ORDER BY rowid",
+                (trajectory_id,),
+            ).fetchall()
+        return [StoredSpan(r[0], r[1], r[2], r[3], json.loads(r[4])) for r in rows]
+
     def conflicts(self, trajectory_id: str) -> list[str]:
         """Conflicts noted for a trajectory."""
         with self._lock:
