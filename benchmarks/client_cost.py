@@ -1,0 +1,632 @@
+"""Client-side CPU per agent turn: strands-tito's ``SGLangModel`` vs strands-sglang 0.6.2, side by side.
+
+Both run a real Strands ``Agent`` (one tool, ``NullConversationManager``) against the local engine
+(``strands_tito.engine``, SGLang's ``/generate`` protocol, a separate process so its CPU is not counted) that
+answers every request with a short hermes tool call. Context is built from a long system prompt; the tokenizer is
+the real Qwen3 vocabulary. Each episode has ``--calls`` measured model calls (the first, which tokenizes the whole
+prompt, is reported separately) and worker processes for the two implementations are interleaved round by round.
+
+Usage (from the repository root, with the project's environment)::
+
+    python benchmarks/client_cost.py --quick                  # smoke test: 1k and 8k, 1 round
+    python benchmarks/client_cost.py                          # full run: 1k, 8k, 32k, 128k
+    python benchmarks/client_cost.py --write BENCHMARKS.md    # full run, results written into BENCHMARKS.md
+
+The peer package lives only in its own virtualenv (``benchmarks/.venv-peer``, created on first use with
+``pip install strands-sglang==0.6.2``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+WORKER = HERE / "_turn_worker.py"
+PEER_SPEC = "strands-sglang==0.6.2"
+PEER_VERSION = "0.6.2"
+SIZES = {"1k": 1024, "8k": 8192, "32k": 32768, "128k": 131072}
+# Measured episodes per worker unless --episodes is given: the local engine validates every input id in Python
+# (about 0.5 s per 128k request), so 128k gets fewer episodes to keep the full run near 10 minutes.
+DEFAULT_EPISODES = {"1k": 4, "8k": 4, "32k": 4, "128k": 2}
+BREAKDOWN_EPISODES = 2
+IMPLS = ("tito", "peer")
+NAMES = {"tito": "strands-tito", "peer": "strands-sglang"}
+ENGINE_CONTEXT = 160_000
+DEFAULT_REPLY = '<tool_call>\n{"name": "noop", "arguments": {"x": 1}}\n</tool_call>'
+BEGIN = "<!-- client_cost:begin -->"
+END = "<!-- client_cost:end -->"
+# Words for the deterministic system prompt (plain English-like text tokenizes like real instructions do).
+WORDS_TEXT = (
+    "the agent must always check each tool result before it answers and never invent data that is missing "
+    "when a value cannot be found report it clearly with the name of the source and the time of the request "
+    "keep answers short use metric units prefer exact numbers over estimates cite the file path and line "
+    "number for every claim about code do not repeat the question do not apologise ask for clarification "
+    "only when two readings of the task lead to different actions summarise long outputs in a table"
+)
+
+
+# -- setup --------------------------------------------------------------------------------------------------------
+
+
+def log(message: str) -> None:
+    print(f"[client_cost {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def venv_python(venv: Path) -> Path:
+    return venv / "bin" / "python"
+
+
+def ensure_peer_venv(venv: Path) -> Path:
+    """Create (or reuse) the virtualenv holding strands-sglang; it is never installed next to strands-tito."""
+    python = venv_python(venv)
+    probe = "import importlib.metadata as m; print(m.version('strands-sglang'))"
+    if python.exists():
+        found = subprocess.run([python, "-c", probe], capture_output=True, text=True)
+        if found.returncode == 0 and found.stdout.strip() == PEER_VERSION:
+            return python
+        log(f"{venv} has no strands-sglang {PEER_VERSION}; (re)installing")
+    else:
+        log(f"creating {venv} with {sys.executable}")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([python, "-m", "pip", "install", "-q", PEER_SPEC], check=True)
+    return python
+
+
+def system_prompt_for(tokenizer: Any, target: int, overhead: int) -> str:
+    """Deterministic instruction-like text sized so the first prompt is about ``target`` tokens."""
+    import random
+
+    rng = random.Random(target)
+    words_list = WORDS_TEXT.split()
+    want = max(16, target - overhead)
+    sentences: list[str] = []
+    ids: list[int] = []
+    rule = 0
+    while len(ids) < want:
+        for _ in range(max(64, (want - len(ids)) // 12)):
+            rule += 1
+            words = [rng.choice(words_list) for _ in range(rng.randint(8, 20))]
+            sentences.append(f"Rule {rule}: {' '.join(words).capitalize()}.")
+        ids = tokenizer.encode("\n".join(sentences), add_special_tokens=False)
+    return str(tokenizer.decode(ids[:want]))
+
+
+def prepare(workdir: Path, sizes: Sequence[str]) -> tuple[Path, dict[str, Path], Path, dict[str, int]]:
+    """Save the tokenizer, write one system prompt per size and the engine script; return their paths."""
+    sys.path.insert(0, str(HERE))
+    from _turn_worker import USER_PROMPT, noop
+
+    from strands_tito.prompt import format_tool_specs
+    from strands_tito.tokenizers import build_qwen3_tokenizer
+
+    tokenizer = build_qwen3_tokenizer()
+    tok_dir = workdir / "tokenizer"
+    tokenizer.save_pretrained(str(tok_dir))
+
+    def first_prompt_tokens(system: str) -> int:
+        text = tokenizer.apply_chat_template(
+            [{"role": "system", "content": system}, {"role": "user", "content": USER_PROMPT}],
+            tools=format_tool_specs([noop.tool_spec]),
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    overhead = first_prompt_tokens("x") - 1
+    prompts: dict[str, Path] = {}
+    first_tokens: dict[str, int] = {}
+    for size in sizes:
+        text = system_prompt_for(tokenizer, SIZES[size], overhead)
+        path = workdir / f"system_{size}.txt"
+        path.write_text(text, encoding="utf-8")
+        prompts[size] = path
+        first_tokens[size] = first_prompt_tokens(text)
+    script = workdir / "engine_script.json"
+    script.write_text(json.dumps({"scripts": [], "default": {"text": DEFAULT_REPLY}}), encoding="utf-8")
+    return tok_dir, prompts, script, first_tokens
+
+
+TITO_TREES = ("src", "collector", "exporters")
+
+
+def tito_snapshot(workdir: Path, tree: str) -> tuple[dict[str, str], str]:
+    """Environment that makes strands-tito importable from a fixed tree, and a description of that tree.
+
+    ``head``: a ``git archive`` of HEAD's package folders, put first on ``PYTHONPATH``, so that edits made to the
+    working tree while the benchmark runs cannot change (or break) what is measured. ``worktree``: the files as they
+    are on disk (the editable install).
+    """
+    env = {**os.environ, "STRANDS_TITO_CAPTURE": "0"}  # the bare model provider, never trace capture
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=10", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
+    if tree == "worktree":
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", *TITO_TREES], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+        return env, f"working tree at {commit or '?'}" + (" with uncommitted changes" if dirty else "")
+    snap = workdir / "tito-head"
+    snap.mkdir()
+    present = [t for t in TITO_TREES if (ROOT / t).is_dir()]
+    archive = subprocess.run(["git", "archive", "HEAD", *present], capture_output=True, check=True, cwd=ROOT)
+    subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
+    paths = [str(snap / t) for t in present]
+    env["PYTHONPATH"] = os.pathsep.join([*paths, env["PYTHONPATH"]] if env.get("PYTHONPATH") else paths)
+    return env, f"commit {commit} (snapshot of HEAD)"
+
+
+class Engine:
+    """The local engine in its own process (its CPU is not the client's)."""
+
+    def __init__(self, tokenizer_dir: Path, script: Path, context_length: int, env: dict[str, str]) -> None:
+        self.env = env
+        self.command = [
+            sys.executable,
+            "-m",
+            "strands_tito.engine",
+            "--port",
+            "0",
+            "--tokenizer",
+            str(tokenizer_dir),
+            "--script",
+            str(script),
+            "--context-length",
+            str(context_length),
+        ]
+        self.process: subprocess.Popen[str] | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 120.0) -> str:
+        self.process = subprocess.Popen(
+            self.command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT, env=self.env
+        )
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        for line in self.process.stdout:
+            if "listening on" in line:
+                self.url = line.strip().rsplit(" ", 1)[-1]
+                return self.url
+            if time.monotonic() > deadline:
+                break
+        self.stop()
+        raise RuntimeError(f"engine did not start: {shlex.join(self.command)}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+
+
+def run_worker(
+    python: Path,
+    impl: str,
+    url: str,
+    tok_dir: Path,
+    prompt: Path,
+    out: Path,
+    args: argparse.Namespace,
+    min_tokens: int,
+    episodes: int,
+    env: dict[str, str],
+    breakdown: bool = False,
+) -> dict[str, Any]:
+    command = [
+        str(python),
+        str(WORKER),
+        "--impl",
+        impl,
+        "--url",
+        url,
+        "--tokenizer",
+        str(tok_dir),
+        "--prompt-file",
+        str(prompt),
+        "--episodes",
+        str(episodes),
+        "--calls",
+        str(args.calls),
+        "--min-tokens",
+        str(min_tokens),
+        "--out",
+        str(out),
+        *(["--breakdown"] if breakdown else []),
+    ]
+    env = {**env, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.worker_timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"worker {impl} failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+# -- statistics ---------------------------------------------------------------------------------------------------
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    pos = (len(ordered) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def ms(values: Iterable[float]) -> list[float]:
+    return [v * 1000.0 for v in values]
+
+
+def summarize(runs: list[dict[str, Any]], calls: int) -> dict[str, Any]:
+    """Pool turns 1..calls-1 of every episode of every run of one implementation at one size."""
+    episodes = [e for run in runs for e in run["episodes"]]
+    later = [c for e in episodes for c in e["calls"][1:]]
+
+    def stat(key: str, rows: list[dict[str, float]]) -> dict[str, float]:
+        values = ms(r[key] for r in rows)
+        return {"median": statistics.median(values), "p10": quantile(values, 0.1), "p90": quantile(values, 0.9)}
+
+    def window(key: str, lo: int, hi: int) -> float:
+        return statistics.median(ms(e["calls"][i][key] for e in episodes for i in range(lo, min(hi, calls - 1) + 1)))
+
+    mid = str(calls // 2) if str(calls // 2) in episodes[0]["sampled"] else sorted(episodes[0]["sampled"])[0]
+    return {
+        "turns": len(later),
+        "call_cpu": stat("call_cpu", later),
+        "call_wall": stat("call_wall", later),
+        "turn_cpu": stat("turn_cpu", later),
+        "turn_wall": stat("turn_wall", later),
+        "run_medians": [
+            statistics.median(ms(c["call_cpu"] for e in run["episodes"] for c in e["calls"][1:])) for run in runs
+        ],
+        "run_turn_medians": [
+            statistics.median(ms(c["turn_cpu"] for e in run["episodes"] for c in e["calls"][1:])) for run in runs
+        ],
+        "first_cpu": statistics.median(ms(e["calls"][0]["call_cpu"] for e in episodes)),
+        "first_wall": statistics.median(ms(e["calls"][0]["call_wall"] for e in episodes)),
+        "trend": {
+            "call_cpu": [window("call_cpu", 1, 5), window("call_cpu", calls - 5, calls - 1)],
+            "turn_cpu": [window("turn_cpu", 1, 5), window("turn_cpu", calls - 5, calls - 1)],
+        },
+        "prompt_tokens": [episodes[0]["prompt_tokens"][1], episodes[0]["prompt_tokens"][-1]],
+        "first_prompt_tokens": episodes[0]["prompt_tokens"][0],
+        "bytes": {k: v["bytes"] for k, v in episodes[0]["sampled"].items()},
+        "bytes_mid": episodes[0]["sampled"][mid]["bytes"],
+        "mid_call": int(mid),
+        "digests": sorted({e["digest"] for e in episodes}),
+        "total_tokens": sorted({e["total_tokens"] for e in episodes}),
+        "versions": runs[0]["versions"],
+        "python": runs[0]["python"],
+    }
+
+
+PARTS = (
+    ("tokenize", ("tokenize",)),
+    ("HTTP: encode + round trip + decode", ("http",)),
+    ("reply checks + record + tool parse", ("parse_reply", "record", "tool_parse")),
+    ("GC inside the call", ("gc",)),
+)
+
+
+def summarize_breakdown(run: dict[str, Any]) -> dict[str, float]:
+    """Median CPU ms of each piece of a model call (turns after the first), from a ``--breakdown`` worker."""
+    rows = [c for e in run["episodes"] for c in e["calls"][1:]]
+    out: dict[str, float] = {"model call": statistics.median(ms(r["call_cpu"] for r in rows))}
+    known = set()
+    for label, keys in PARTS:
+        known.update(keys)
+        out[label] = statistics.median(ms(sum(r.get("parts", {}).get(k, 0.0) for k in keys) for r in rows))
+    out["rest of the call (Strands stream handling, provider glue)"] = statistics.median(
+        ms(r["call_cpu"] - sum(v for k, v in r.get("parts", {}).items() if k in known) for r in rows)
+    )
+    out["Strands outside the call (turn - call)"] = statistics.median(ms(r["turn_cpu"] - r["call_cpu"] for r in rows))
+    out["turn"] = statistics.median(ms(r["turn_cpu"] for r in rows))
+    return out
+
+
+# -- report -------------------------------------------------------------------------------------------------------
+
+
+def fmt(x: float, digits: int = 2) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def spread(s: dict[str, float]) -> str:
+    return f"**{fmt(s['median'])}** ({fmt(s['p10'])}-{fmt(s['p90'])})"
+
+
+def tables(results: dict[str, dict[str, dict[str, Any]]], calls: int) -> str:
+    sizes = list(results)
+    lines = [
+        f"Per model call / turn after the first (turns 1-{calls - 1}), process CPU in ms: "
+        "**median** (p10-p90). Ratio = strands-sglang / strands-tito (> 1: strands-tito is cheaper).",
+        "",
+        f"| size | prompt tokens (turns 1..{calls - 1}) | turns | tito call CPU | peer call CPU | ratio "
+        "| tito turn CPU | peer turn CPU | ratio | first call CPU tito / peer |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size in sizes:
+        t, p = results[size]["tito"], results[size]["peer"]
+        lines.append(
+            f"| {size} | {t['prompt_tokens'][0]:,}-{t['prompt_tokens'][1]:,} | {t['turns']} / {p['turns']} "
+            f"| {spread(t['call_cpu'])} | {spread(p['call_cpu'])} "
+            f"| {p['call_cpu']['median'] / t['call_cpu']['median']:.2f}x "
+            f"| {spread(t['turn_cpu'])} | {spread(p['turn_cpu'])} "
+            f"| {p['turn_cpu']['median'] / t['turn_cpu']['median']:.2f}x "
+            f"| {fmt(t['first_cpu'], 1)} / {fmt(p['first_cpu'], 1)} |"
+        )
+    lines += [
+        "",
+        f"Turn-index trend (median CPU ms over turns 1-5 vs {calls - 5}-{calls - 1}):",
+        "",
+        "| size | tito call 1-5 | tito call late | peer call 1-5 | peer call late "
+        "| tito turn 1-5 | tito turn late | peer turn 1-5 | peer turn late |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size in sizes:
+        t, p = results[size]["tito"]["trend"], results[size]["peer"]["trend"]
+        row = [*t["call_cpu"], *p["call_cpu"], *t["turn_cpu"], *p["turn_cpu"]]
+        lines.append(f"| {size} | " + " | ".join(fmt(v) for v in row) + " |")
+    lines += [
+        "",
+        "Wall time, request size and spread across runs:",
+        "",
+        "| size | tito call wall ms | peer call wall ms | tito turn wall ms | peer turn wall ms "
+        "| bytes/request tito | bytes/request peer | tito per-run call CPU medians | peer per-run call CPU medians "
+        "| first call wall tito / peer | same trajectories |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for size in sizes:
+        t, p = results[size]["tito"], results[size]["peer"]
+        same = "yes" if t["digests"] == p["digests"] and len(t["digests"]) == 1 else "NO"
+        lines.append(
+            f"| {size} | {fmt(t['call_wall']['median'])} | {fmt(p['call_wall']['median'])} "
+            f"| {fmt(t['turn_wall']['median'])} | {fmt(p['turn_wall']['median'])} "
+            f"| {t['bytes_mid']:,} | {p['bytes_mid']:,} "
+            f"| {', '.join(fmt(v) for v in t['run_medians'])} | {', '.join(fmt(v) for v in p['run_medians'])} "
+            f"| {fmt(t['first_wall'], 1)} / {fmt(p['first_wall'], 1)} | {same} |"
+        )
+    with_breakdown = [size for size in sizes if "breakdown" in results[size]["tito"]]
+    if with_breakdown:
+        labels = list(results[with_breakdown[0]]["tito"]["breakdown"])
+        head = " | ".join(f"{size} tito | {size} peer" for size in with_breakdown)
+        lines += [
+            "",
+            "Where the CPU of a turn goes (separate pass with timers around the pieces, which add a little; "
+            f"{BREAKDOWN_EPISODES} episodes per implementation and size; medians, ms; pieces do not add up exactly "
+            "because each is a separate median):",
+            "",
+            f"| piece | {head} |",
+            "|---|" + "---|" * (2 * len(with_breakdown)),
+        ]
+        for label in labels:
+            cells = " | ".join(
+                f"{fmt(results[size]['tito']['breakdown'][label])} | {fmt(results[size]['peer']['breakdown'][label])}"
+                for size in with_breakdown
+            )
+            lines.append(f"| {label} | {cells} |")
+    mid = next(iter(results.values()))["tito"]["mid_call"]
+    lines += [
+        "",
+        f"Bytes/request: the `/generate` body of call {mid} of an episode (strands-tito: orjson; strands-sglang: "
+        "stdlib `json.dumps` as aiohttp sends it). Same trajectories: both implementations produced token-identical "
+        "trajectories in every episode.",
+    ]
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, str]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram = "unknown"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                ram = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": str(os.cpu_count()),
+        "ram": ram,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def report(results: dict[str, dict[str, dict[str, Any]]], args: argparse.Namespace, elapsed: float) -> str:
+    info = machine()
+    any_size = next(iter(results.values()))
+    versions = {**any_size["tito"]["versions"], **any_size["peer"]["versions"]}
+    version_text = ", ".join(f"{k} {v}" for k, v in sorted(versions.items()))
+    rounds = args.rounds
+    episodes = ", ".join(f"{size}: {args.episodes_for[size]}" for size in results)
+    return "\n".join(
+        [
+            f"_Run {dt.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}, {elapsed / 60:.1f} min. "
+            f"Machine: {info['cpu']}, {info['cores']} cores, {info['ram']} RAM, {info['os']}; "
+            f"Python {any_size['tito']['python']} (both venvs); {version_text}; strands-tito measured at "
+            f"{args.tito_tree_text}. Load average (1 min) at start / end: {args.load[0]:.2f} / "
+            f"{os.getloadavg()[0]:.2f} (the machine was not otherwise idle if these are well above 1)._",
+            "",
+            f"Command: `{args.command_line}`",
+            "",
+            f"Method: {rounds} rounds x 2 implementations, interleaved (worker order alternates each round); each "
+            f"worker is a fresh process with a warm-up episode, then N episodes ({episodes}) of {args.calls} measured "
+            "model calls "
+            f"(one real Strands `Agent`, one tool `noop(x: int)`, `NullConversationManager`, the package's own "
+            f"limiter, Qwen3 tokenizer, context from a long system prompt, `max_new_tokens` 64). Every reply of the "
+            f"local engine is the same short hermes tool call (~20 tokens). Call CPU: `time.process_time()` from the "
+            f"first to the last step of `model.stream`; turn CPU: from the start of one model call to the start of "
+            f"the next (adds Strands' tool execution and event loop). The first call of each episode (whole chat "
+            f"template + tokenization) is reported separately. The engine is a separate process, started fresh for "
+            f"each worker so that both see the same server state.",
+            "",
+            tables(results, args.calls),
+        ]
+    )
+
+
+def write_section(path: Path, body: str) -> None:
+    section = f"{BEGIN}\n## Client CPU per agent turn: strands-tito vs strands-sglang\n\n{body}\n{END}"
+    if path.exists():
+        text = path.read_text(encoding="utf-8")
+        if BEGIN in text and END in text:
+            head, rest = text.split(BEGIN, 1)
+            tail = rest.split(END, 1)[1]
+            text = head + section + tail
+        else:
+            text = text.rstrip("\n") + "\n\n" + section + "\n"
+    else:
+        text = "# Benchmarks\n\n" + section + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+# -- main ---------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1k,8k,32k,128k", help="comma-separated, from: " + ", ".join(SIZES))
+    parser.add_argument("--rounds", type=int, default=3, help="worker pairs per size (default: %(default)s)")
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        help="measured episodes per worker (default: "
+        + ", ".join(f"{k}: {v}" for k, v in DEFAULT_EPISODES.items())
+        + ")",
+    )
+    parser.add_argument("--calls", type=int, default=30, help="measured model calls per episode (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="smoke test: sizes 1k,8k, 1 round, 2 episodes")
+    parser.add_argument(
+        "--tito-tree",
+        choices=("head", "worktree"),
+        default="head",
+        help="strands-tito to measure (and run the engine from): a snapshot of git HEAD, or the working tree as it "
+        "is (default: %(default)s)",
+    )
+    parser.add_argument("--no-breakdown", action="store_true", help="skip the pass that times the pieces of a call")
+    parser.add_argument("--write", metavar="FILE.md", help="write the results section into this Markdown file")
+    parser.add_argument("--json", metavar="FILE.json", help="also dump the summaries as JSON")
+    parser.add_argument("--peer-venv", default=str(HERE / ".venv-peer"), help="virtualenv for strands-sglang")
+    parser.add_argument("--worker-timeout", type=float, default=600.0)
+    args = parser.parse_args(argv)
+    args.command_line = shlex.join(["python", "benchmarks/client_cost.py", *(sys.argv[1:] if argv is None else argv)])
+    if args.quick:
+        if "--sizes" not in (argv or sys.argv):
+            args.sizes = "1k,8k"
+        args.rounds, args.episodes = 1, 2
+    sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    unknown = [s for s in sizes if s not in SIZES]
+    if unknown:
+        parser.error(f"unknown sizes {unknown}; choose from {list(SIZES)}")
+    args.episodes_for = {size: args.episodes or DEFAULT_EPISODES[size] for size in sizes}
+    if args.calls < 10:
+        parser.error("--calls must be at least 10 (the trend compares turns 1-5 with the last five)")
+
+    started = time.monotonic()
+    args.load = os.getloadavg()
+    pythons = {"tito": Path(sys.executable), "peer": ensure_peer_venv(Path(args.peer_venv))}
+    results: dict[str, dict[str, dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="client_cost-") as tmp:
+        workdir = Path(tmp)
+        tok_dir, prompts, script, first_tokens = prepare(workdir, sizes)
+        tito_env, args.tito_tree_text = tito_snapshot(workdir, args.tito_tree)
+        peer_env = {**os.environ, "STRANDS_TITO_CAPTURE": "0"}
+        envs = {"tito": tito_env, "peer": peer_env}
+        engine = Engine(tok_dir, script, ENGINE_CONTEXT, tito_env)
+        for size in sizes:
+            runs: dict[str, list[dict[str, Any]]] = {impl: [] for impl in IMPLS}
+            for round_index in range(args.rounds):
+                order = IMPLS if round_index % 2 == 0 else IMPLS[::-1]
+                for impl in order:
+                    log(f"{size}: round {round_index + 1}/{args.rounds}, {NAMES[impl]}")
+                    engine.start()
+                    try:
+                        out = workdir / f"{size}-{impl}-{round_index}.json"
+                        min_tokens = first_tokens[size]
+                        episodes = args.episodes_for[size]
+                        runs[impl].append(
+                            run_worker(
+                                pythons[impl],
+                                impl,
+                                engine.url,
+                                tok_dir,
+                                prompts[size],
+                                out,
+                                args,
+                                min_tokens,
+                                episodes,
+                                envs[impl],
+                            )
+                        )
+                    finally:
+                        engine.stop()
+            results[size] = {impl: summarize(runs[impl], args.calls) for impl in IMPLS}
+            if not args.no_breakdown:
+                for impl in IMPLS:
+                    log(f"{size}: breakdown pass, {NAMES[impl]}")
+                    engine.start()
+                    try:
+                        out = workdir / f"{size}-{impl}-breakdown.json"
+                        run = run_worker(
+                            pythons[impl],
+                            impl,
+                            engine.url,
+                            tok_dir,
+                            prompts[size],
+                            out,
+                            args,
+                            first_tokens[size],
+                            BREAKDOWN_EPISODES,
+                            envs[impl],
+                            breakdown=True,
+                        )
+                    finally:
+                        engine.stop()
+                    results[size][impl]["breakdown"] = summarize_breakdown(run)
+            t, p = results[size]["tito"], results[size]["peer"]
+            if t["digests"] != p["digests"]:
+                log(f"WARNING {size}: the implementations produced different token trajectories")
+            log(
+                f"{size}: call CPU tito {t['call_cpu']['median']:.2f} ms, peer {p['call_cpu']['median']:.2f} ms; "
+                f"turn CPU tito {t['turn_cpu']['median']:.2f} ms, peer {p['turn_cpu']['median']:.2f} ms"
+            )
+
+    elapsed = time.monotonic() - started
+    body = report(results, args, elapsed)
+    print(body)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1), encoding="utf-8")
+    if args.write:
+        write_section(Path(args.write), body)
+        log(f"wrote {args.write}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
