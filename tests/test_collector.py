@@ -58,6 +58,17 @@ async def written(path: Path, count: int, timeout: float = 10.0) -> list[dict[st
     raise AssertionError(f"{path} did not get {count} records")
 
 
+async def parquet_rows(directory: Path, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
+    """Rows of the Parquet parts once ``count`` have been written (the Parquet exporter runs on its own thread)."""
+    for _ in range(int(timeout / 0.05)):
+        if any(directory.glob("part-*.parquet")):
+            rows: list[dict[str, Any]] = pq.read_table(directory).to_pylist()
+            if len(rows) >= count:
+                return rows
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{directory} did not get {count} rows")
+
+
 def assert_record(line: dict[str, Any], t: Trajectory) -> None:
     assert line["trajectory_id"] == t.trajectory_id
     assert line["complete"] is True, line["reason"]
@@ -107,10 +118,9 @@ async def test_http_protobuf_gzip_json_and_grpc(collector: Collector, tmp_path: 
     for t in trajectories:
         assert_record(lines[t.trajectory_id], t)
     assert lines[trajectories[0].trajectory_id]["reward"] == 0.5
-    await asyncio.sleep(0.3)
-    table = pq.read_table(tmp_path / "parquet")
-    assert sorted(table.column("trajectory_id").to_pylist()) == sorted(lines)
-    row = table.to_pylist()[table.column("trajectory_id").to_pylist().index(trajectories[0].trajectory_id)]
+    rows = {r["trajectory_id"]: r for r in await parquet_rows(tmp_path / "parquet", 4)}
+    assert sorted(rows) == sorted(lines)
+    row = rows[trajectories[0].trajectory_id]
     assert row["token_ids"] == trajectories[0].token_ids and row["reward"] == 0.5
 
 
@@ -351,3 +361,34 @@ async def test_load_200_concurrent_agents(collector: Collector, tmp_path: Path) 
     by_id = {x["trajectory_id"]: x for x in lines}
     for t in trajectories:
         assert_record(by_id[t.trajectory_id], t)
+
+
+async def test_outputs_load_in_pandas_pyarrow_and_datasets(collector: Collector, tmp_path: Path) -> None:
+    """The files are usable as they are: no extra code to read them."""
+    import pandas as pd
+    import pyarrow.json as pj
+
+    rng = random.Random(21)
+    complete = [random_trajectory(rng) for _ in range(3)]
+    partial = random_trajectory(rng)
+    async with httpx.AsyncClient() as http:
+        for t in complete:
+            await http.post(url(collector), content=make_request(all_spans(t, 1.0)).SerializeToString(), headers=PB)
+        await http.post(url(collector), content=make_request(turn_spans(partial)[:1]).SerializeToString(), headers=PB)
+    await written(tmp_path / "out.jsonl", 3)
+    await asyncio.to_thread(collector.ingestor.sweep, 0)  # the partial one is written as incomplete
+    lines = await written(tmp_path / "out.jsonl", 4)
+    await parquet_rows(tmp_path / "parquet", 4)
+    jsonl, parquet = tmp_path / "out.jsonl", tmp_path / "parquet"
+
+    frame = pd.read_json(jsonl, lines=True)
+    assert sorted(frame["complete"].tolist()) == [False, True, True, True]
+    assert pj.read_json(jsonl).num_rows == 4
+    parts = pd.read_parquet(parquet)
+    assert sorted(parts["trajectory_id"]) == sorted(x["trajectory_id"] for x in lines)
+    datasets = pytest.importorskip("datasets")
+    for kind, files in (("json", str(jsonl)), ("parquet", str(parquet / "*.parquet"))):
+        loaded = datasets.load_dataset(kind, data_files=files, split="train", cache_dir=str(tmp_path / f"hf-{kind}"))
+        assert loaded.num_rows == 4
+        row = loaded.filter(lambda r: r["trajectory_id"] == complete[0].trajectory_id)[0]
+        assert row["token_ids"] == complete[0].token_ids and row["loss_mask"] == complete[0].loss_mask

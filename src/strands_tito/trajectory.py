@@ -73,7 +73,8 @@ class Turn:
             "prompt_length": self.prompt_length,
             "output_length": self.output_length,
             "finish_reason": self.finish_reason,
-            "matched_stop": self.matched_stop,
+            # A stop token id or a stop string; one type in files, so columnar readers get one schema.
+            "matched_stop": None if self.matched_stop is None else str(self.matched_stop),
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "latency_s": self.latency_s,
@@ -275,7 +276,8 @@ class Trajectory:
             "token_ids": list(self.token_ids),
             "loss_mask": list(self.loss_mask),
             "logprobs": list(self.logprobs),
-            "segments": [[s.is_output, s.length] for s in self.segments],
+            # (is_output as 0/1, length): plain ints, so columnar readers (pyarrow, pandas, datasets) infer one type.
+            "segments": [[int(s.is_output), s.length] for s in self.segments],
             "turns": [t.as_dict() for t in self.turns],
         }
 

@@ -22,13 +22,17 @@ COLUMNS = (
     "turns",
     "tool_parse_errors",
     "rewards",
+    "calls",
+    "prefix_report",
+    "prefix_consistent",
 )
 
 
 class ParquetExporter:
     """Writes each batch as ``part-NNNNNNNN.parquet``; the position is the part's file name.
 
-    Nested fields (turns, resource, tool-parse errors) are stored as JSON strings so every part has the same schema.
+    Nested fields (turns, resource, tool-parse errors, calls, prefix report) are stored as JSON strings so every part
+    has the same schema.
     A part is written to a temporary file and renamed into place, so readers never see half a file.
     """
 
@@ -64,7 +68,7 @@ class ParquetExporter:
             "loss_mask": pa.array([r["loss_mask"] for r in records], pa.list_(pa.int8())),
             "logprobs": pa.array([r["logprobs"] for r in records], pa.list_(pa.float64())),
             "segments": pa.array(
-                [[{"is_output": s[0], "length": s[1]} for s in r["segments"]] for r in records],
+                [[{"is_output": bool(s[0]), "length": s[1]} for s in r["segments"]] for r in records],
                 pa.list_(pa.struct([("is_output", pa.bool_()), ("length", pa.int32())])),
             ),
             "trace_ids": pa.array([r.get("trace_ids", []) for r in records], pa.list_(pa.string())),
@@ -72,10 +76,15 @@ class ParquetExporter:
             "turns": pa.array([as_json(r.get("turns", [])) for r in records], pa.string()),
             "tool_parse_errors": pa.array([as_json(r.get("tool_parse_errors", [])) for r in records], pa.string()),
             "rewards": pa.array([r.get("rewards", []) for r in records], pa.list_(pa.float64())),
+            # Stock (OpenAI-compatible) agents: every call exactly, and whether consecutive calls shared a prefix.
+            "calls": pa.array([as_json(r.get("calls", [])) for r in records], pa.string()),
+            "prefix_report": pa.array([as_json(r.get("prefix_report", [])) for r in records], pa.string()),
+            "prefix_consistent": pa.array([r.get("prefix_consistent") for r in records], pa.bool_()),
         }
         table = pa.table({name: columns[name] for name in COLUMNS})
         target = self.directory / position
-        temporary = target.with_suffix(".parquet.tmp")
+        # Dot-prefixed: dataset readers (pyarrow, pandas, datasets) skip it while it is being written.
+        temporary = self.directory / f".{position}.tmp"
         pq.write_table(table, temporary)
         with temporary.open("rb") as f:
             os.fsync(f.fileno())
