@@ -20,6 +20,8 @@ from typing import Any, Self
 import httpx
 import orjson
 
+from .http11 import ConnectionPool, HTTPReply, HTTPTransportError
+
 logger = logging.getLogger(__name__)
 
 RETRYABLE_STATUS_CODES = frozenset({408, 429, 502, 503, 504})
@@ -130,6 +132,13 @@ class SGLangClient:
         self.deadline = deadline
         self._http: httpx.AsyncClient | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
+        self._pool: ConnectionPool | None = None
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
+        # Plain http:// (the usual SGLang/router address) goes through the lean keep-alive pool; https and
+        # anything unusual through httpx.
+        url = httpx.URL(self.base_url)
+        self._plain = url.scheme == "http" and url.path in ("", "/") and url.host != ""
+        self._address = (url.host, url.port or 80)
         self._max_model_len: int | None = None
         self._is_multimodal: bool | None = None
 
@@ -148,11 +157,28 @@ class SGLangClient:
             self._http_loop = loop
         return self._http
 
+    def _lean_pool(self) -> ConnectionPool:
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_loop is not loop:
+            host, port = self._address
+            self._pool = ConnectionPool(
+                host,
+                port,
+                max_connections=self.max_connections,
+                connect_timeout=self.connect_timeout,
+                timeout=self.timeout,
+            )
+            self._pool_loop = loop
+        return self._pool
+
     async def aclose(self) -> None:
-        """Close the connection pool."""
+        """Close the connection pools."""
         if self._http is not None:
             await self._http.aclose()
             self._http = None
+        if self._pool is not None:
+            await self._pool.aclose()
+            self._pool = None
 
     async def __aenter__(self) -> Self:
         return self
@@ -166,13 +192,19 @@ class SGLangClient:
         delay = min(self.backoff_max, self.backoff_base * (2**attempt))
         return float(delay / 2 + random.uniform(0, delay / 2))
 
-    async def _send(self, method: str, path: str, body: bytes | None) -> httpx.Response:
+    async def _send(self, method: str, path: str, body: bytes | None) -> HTTPReply:
+        if self._plain:
+            try:
+                return await self._lean_pool().request(method, path, body)
+            except HTTPTransportError as e:
+                # Refused/reset connections, timeouts and bodies cut short by the server.
+                raise SGLangConnectionError(f"{method} {self.base_url}{path} failed: {e}") from e
         headers = {"Content-Type": "application/json"} if body is not None else None
         try:
-            return await self._client().request(method, path, content=body, headers=headers)
+            response = await self._client().request(method, path, content=body, headers=headers)
         except (httpx.TransportError, httpx.DecodingError) as e:
-            # TransportError covers refused/reset connections, timeouts and bodies cut short by the server.
             raise SGLangConnectionError(f"{method} {self.base_url}{path} failed: {type(e).__name__}: {e}") from e
+        return HTTPReply(response.status_code, dict(response.headers), response.content)
 
     async def request_json(self, method: str, path: str, payload: Any = None) -> Any:
         """Send one request with retries and return the decoded JSON body.
@@ -188,9 +220,9 @@ class SGLangClient:
             retry_after: float | None = None
             try:
                 response = await self._send(method, path, body)
-                if response.status_code >= 400:
-                    error = classify_http_error(response.status_code, response.text)
-                    if response.status_code not in RETRYABLE_STATUS_CODES:
+                if response.status >= 400:
+                    error = classify_http_error(response.status, response.text)
+                    if response.status not in RETRYABLE_STATUS_CODES:
                         raise error
                     retry_after = _retry_after_seconds(response.headers.get("retry-after"))
                     raise error
@@ -271,7 +303,7 @@ class SGLangClient:
             response = await self._send("GET", "/health", None)
         except SGLangConnectionError:
             return False
-        return response.status_code == 200
+        return response.status == 200
 
     async def model_info(self) -> dict[str, Any]:
         """``GET /model_info`` (model path, modality flags, ...)."""
