@@ -87,6 +87,7 @@ async def test_malformed_or_cut_replies_are_transport_errors(reply: bytes) -> No
 async def test_timeout_and_refused() -> None:
     async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read()  # never answers; returns when the client gives up and closes
+        writer.close()
 
     server, port = await serve(handler)
     with pytest.raises(HTTPTimeout, match="ReadTimeout"):
