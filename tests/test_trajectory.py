@@ -86,3 +86,12 @@ def test_packed_views_follow_the_lists() -> None:
     import zlib
 
     assert t.crc32 == zlib.crc32(bytes(t.packed_ids))
+
+
+def test_request_json_is_kept_incrementally() -> None:
+    import json
+
+    t = two_turns()
+    assert json.loads(t.input_ids_json([9, 10])) == [*t.token_ids, 9, 10]
+    assert json.loads(t.input_ids_json([])) == t.token_ids
+    assert json.loads(Trajectory().input_ids_json([5])) == [5]

@@ -259,6 +259,7 @@ class SGLangClient:
         image_data: list[str] | None = None,
         rid: str | None = None,
         cancel_signal: threading.Event | None = None,
+        input_ids_json: bytes | None = None,
     ) -> dict[str, Any]:
         """POST ``/generate`` with token IDs and return the reply object (not yet validated).
 
@@ -273,9 +274,12 @@ class SGLangClient:
             rid: Request id (echoed as ``meta_info.id``).
             cancel_signal: When set while the request is in flight, the request is dropped (closing its connection,
                 which makes SGLang abort it) and :class:`SGLangCancelledError` is raised.
+            input_ids_json: ``input_ids`` already serialized as a JSON array (sent as it is).
         """
         payload: dict[str, Any] = {
-            "input_ids": input_ids if isinstance(input_ids, list) else list(input_ids),
+            "input_ids": orjson.Fragment(input_ids_json)
+            if input_ids_json is not None
+            else (input_ids if isinstance(input_ids, list) else list(input_ids)),
             "sampling_params": sampling_params or {},
             "return_logprob": return_logprob,
             "logprob_start_len": logprob_start_len,

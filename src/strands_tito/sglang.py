@@ -139,6 +139,7 @@ class SGLangModel(TokenModel):
         else:
             raw = await self.client.generate(
                 input_ids,
+                input_ids_json=request.input_ids_json,
                 sampling_params=request.sampling_params,
                 return_logprob=return_logprob,
                 logprob_start_len=logprob_start,

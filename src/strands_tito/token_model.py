@@ -122,6 +122,7 @@ class GenerationRequest:
 
     Attributes:
         input_ids: The whole prompt: the trajectory so far plus the new prompt tokens.
+        input_ids_json: The same as JSON array text, built incrementally (request bodies embed it as it is).
         new_prompt: How many tokens at the end of ``input_ids`` are new (not yet in the trajectory).
         recorded: Tokens the trajectory already holds (0 on the first turn).
         sampling_params: Server sampling parameters, the token cap already fitted to the context window.
@@ -137,6 +138,7 @@ class GenerationRequest:
     return_logprob: bool
     record: bool = True
     cancel_signal: threading.Event | None = None
+    input_ids_json: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -364,6 +366,7 @@ class TokenModel(Model):
         yield {"messageStart": {"role": "assistant"}}
         request = GenerationRequest(
             input_ids=input_ids,
+            input_ids_json=trajectory.input_ids_json(prompt_ids),
             new_prompt=len(prompt_ids),
             recorded=len(trajectory),
             sampling_params=sampling_params,

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
+import orjson
 from numpy.typing import NDArray
 
 FinishReason = Literal["stop", "length", "abort"]
@@ -140,6 +141,9 @@ class Trajectory:
     """``token_ids`` as little-endian int32 bytes, grown with each turn (what spans carry, at memcpy cost)."""
     packed_logprobs: bytearray = field(default_factory=bytearray, repr=False, compare=False)
     """``logprobs`` as little-endian float32 bytes, NaN where None."""
+    ids_json: bytearray = field(default_factory=bytearray, repr=False, compare=False)
+    """``token_ids`` as the inside of a JSON array (``1,2,3``), grown with each turn: every request resends the
+    whole trajectory, and this way only the new tokens are serialized."""
 
     def __len__(self) -> int:
         return len(self.token_ids)
@@ -240,6 +244,7 @@ class Trajectory:
         self.packed_ids += output_packed
         self.packed_logprobs += p_packed
         self.packed_logprobs += o_packed
+        self.ids_json += (b"," if self.ids_json else b"") + orjson.dumps(prompt + output)[1:-1]
         self.token_ids.extend(prompt)
         self.token_ids.extend(output)
         self.loss_mask.extend([0] * len(prompt))
@@ -264,6 +269,11 @@ class Trajectory:
             return
         if len(raw) % (4 * rows):
             raise TrajectoryError(f"routed_experts has {len(raw)} bytes, not a whole number of rows for {rows} tokens")
+
+    def input_ids_json(self, new_ids: Sequence[int]) -> bytes:
+        """JSON array text of ``token_ids`` followed by ``new_ids`` (a request body's ``input_ids``)."""
+        new = orjson.dumps(list(new_ids))[1:-1]
+        return b"[" + self.ids_json + (b"," if self.ids_json and new else b"") + new + b"]"
 
     def decode_routed_experts(self, num_layers: int, top_k: int) -> NDArray[np.int32]:
         """All turns' routing as one ``int32`` array of shape ``(len(self) - 1, num_layers, top_k)``."""
