@@ -150,15 +150,17 @@ def build_tito(url: str, tokenizer: Any, max_new_tokens: int, probe: Probe, brea
 
     client = SGLangClient(url)
     model = SGLangModel(client=client, tokenizer=tokenizer, sampling_params={"max_new_tokens": max_new_tokens})
-    original = client.request_json
+    original = client.generate
 
-    async def request_json(method: str, path: str, payload: Any = None) -> Any:
-        reply = await original(method, path, payload)
-        if path == "/generate":
-            probe.note(payload, reply)
+    async def generate(input_ids: list[int], **kwargs: Any) -> dict[str, Any]:
+        reply = await original(input_ids, **kwargs)
+        # The body's input_ids: the client sends the same ids as a pre-serialized fragment (input_ids_json).
+        kwargs.pop("input_ids_json", None)
+        kwargs.pop("cancel_signal", None)
+        probe.note({"input_ids": input_ids, **kwargs, "stream": False}, reply)
         return reply
 
-    client.request_json = request_json  # type: ignore[method-assign]
+    client.generate = generate  # type: ignore[method-assign]
 
     def trajectory_ids() -> list[int]:
         return model.token_manager.token_ids
