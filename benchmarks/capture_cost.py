@@ -74,19 +74,32 @@ def turn(n: int, encoding: schema.Encoding, rng: random.Random) -> dict[str, Any
 
 
 def part1(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
+    """One turn of N new tokens put on a span the way record_turn does it, packed and as arrays."""
+    from strands_tito.trajectory import Trajectory
+
     rng = random.Random(0)
     rows = []
     for n in sizes:
+        prompt = [rng.randrange(151_000) for _ in range(n // 2)]
+        output = [rng.randrange(151_000) for _ in range(n - n // 2)]
+        trajectory = Trajectory()
+        trajectory.append_turn(prompt, output, finish_reason="stop", output_logprobs=[-rng.random() for _ in output])
+        turn = trajectory.turns[0]
         for encoding in ("packed", "array"):
-            prompt = [rng.randrange(151_000) for _ in range(n // 2)]
-            output = [rng.randrange(151_000) for _ in range(n - n // 2)]
-            lp_p, lp_o = [-rng.random() for _ in prompt], [-rng.random() for _ in output]
 
-            def build(
-                enc: schema.Encoding = encoding,  # type: ignore[assignment]
-                data: tuple[Any, ...] = (prompt, lp_p, output, lp_o),
-            ) -> dict[str, Any]:
-                return schema.turn_attributes("t" * 32, 1, 1000, 12345, *data, finish_reason="stop", encoding=enc)
+            def build(enc: schema.Encoding = encoding, t: Trajectory = trajectory) -> dict[str, Any]:  # type: ignore[assignment]
+                start, end = turn.output_start, turn.output_start + turn.output_length
+                if enc == "packed":  # what record_turn does: slices of the trajectory's packed buffers
+                    ids, lps = t.packed_ids, t.packed_logprobs
+                    data: tuple[Any, ...] = (
+                        bytes(ids[: 4 * start]),
+                        bytes(lps[: 4 * start]),
+                        bytes(ids[4 * start : 4 * end]),
+                        bytes(lps[4 * start : 4 * end]),
+                    )
+                else:
+                    data = (t.token_ids[:start], t.logprobs[:start], t.token_ids[start:end], t.logprobs[start:end])
+                return schema.turn_attributes(t.trajectory_id, 0, 0, 0, *data, finish_reason="stop", encoding=enc)
 
             attributes = build()
             span = span_with(attributes)
@@ -264,7 +277,7 @@ def markdown(p1: list[dict[str, Any]], p2: list[dict[str, Any]], p3: list[dict[s
         "",
         "One turn's token data (N new tokens: ids + logprobs) as span attributes, medians of CPU ms:",
         "",
-        "| tokens | encoding | build attributes | OTLP encode | decode (collector) | OTLP bytes | gzip bytes |",
+        "| tokens | encoding | set on span (record_turn) | OTLP encode | decode (collector) | OTLP bytes | gzip bytes |",
         "|---|---|---|---|---|---|---|",
     ]
     lines += [

@@ -130,17 +130,33 @@ def record_turn(
     if not span.is_recording() or not capture_enabled():
         return
     start, end = turn.output_start, turn.output_start + turn.output_length
+    encoding = span_encoding()
+    prompt_ids: Any
+    output_ids: Any
+    prompt_logprobs: Any
+    output_logprobs: Any
+    if encoding == "packed":
+        # The trajectory keeps packed copies as it grows: slicing them costs a memcpy, not a re-encode.
+        ids, lps, first = trajectory.packed_ids, trajectory.packed_logprobs, 4 * turn.prompt_start
+        prompt_ids, output_ids = bytes(ids[first : 4 * start]), bytes(ids[4 * start : 4 * end])
+        prompt_logprobs, output_logprobs = bytes(lps[first : 4 * start]), bytes(lps[4 * start : 4 * end])
+    else:
+        prompt_ids, output_ids = trajectory.token_ids[turn.prompt_start : start], trajectory.token_ids[start:end]
+        prompt_logprobs, output_logprobs = (
+            trajectory.logprobs[turn.prompt_start : start],
+            trajectory.logprobs[start:end],
+        )
     attributes = schema.turn_attributes(
         trajectory.trajectory_id,
         turn.index,
         turn.prompt_start,
         turn.prefix_crc32,
-        trajectory.token_ids[turn.prompt_start : start],
-        trajectory.logprobs[turn.prompt_start : start],
-        trajectory.token_ids[start:end],
-        trajectory.logprobs[start:end],
+        prompt_ids,
+        prompt_logprobs,
+        output_ids,
+        output_logprobs,
         finish_reason=turn.finish_reason,
-        encoding=span_encoding(),
+        encoding=encoding,
         cached_tokens=turn.cached_tokens,
         request_id=turn.request_id,
         weight_version=turn.weight_version,

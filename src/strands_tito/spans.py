@@ -74,13 +74,20 @@ def _pack_floats(values: Sequence[float | None]) -> bytes:
     return packed.tobytes()
 
 
-def encode_ids(ids: Sequence[int], encoding: Encoding) -> bytes | list[int]:
-    """Token IDs as an attribute value."""
+def encode_ids(ids: Sequence[int] | bytes, encoding: Encoding) -> bytes | list[int]:
+    """Token IDs as an attribute value (``bytes`` are taken as already packed little-endian int32)."""
+    if isinstance(ids, bytes):
+        return ids if encoding == "packed" else np.frombuffer(ids, dtype="<i4").tolist()
     return pack_int32(ids) if encoding == "packed" else list(ids)
 
 
-def encode_logprobs(logprobs: Sequence[float | None], encoding: Encoding) -> bytes | list[float]:
-    """Logprobs as an attribute value; a missing logprob is NaN (OTLP arrays cannot hold nulls)."""
+def encode_logprobs(logprobs: Sequence[float | None] | bytes, encoding: Encoding) -> bytes | list[float]:
+    """Logprobs as an attribute value; a missing logprob is NaN (OTLP arrays cannot hold nulls).
+
+    ``bytes`` are taken as already packed little-endian float32.
+    """
+    if isinstance(logprobs, bytes):
+        return logprobs if encoding == "packed" else np.frombuffer(logprobs, dtype="<f4").astype(float).tolist()
     if encoding == "packed":
         return _pack_floats(logprobs)
     return [math.nan if v is None else float(v) for v in logprobs]
@@ -213,10 +220,10 @@ def turn_attributes(
     index: int,
     prefix_length: int,
     prefix_crc32: int,
-    prompt_ids: Sequence[int],
-    prompt_logprobs: Sequence[float | None],
-    output_ids: Sequence[int],
-    output_logprobs: Sequence[float | None],
+    prompt_ids: Sequence[int] | bytes,
+    prompt_logprobs: Sequence[float | None] | bytes,
+    output_ids: Sequence[int] | bytes,
+    output_logprobs: Sequence[float | None] | bytes,
     *,
     finish_reason: str,
     encoding: Encoding = "packed",
