@@ -84,11 +84,11 @@ def part1(sizes: list[int], repeat: int) -> list[dict[str, Any]]:
         output = [rng.randrange(151_000) for _ in range(n - n // 2)]
         trajectory = Trajectory()
         trajectory.append_turn(prompt, output, finish_reason="stop", output_logprobs=[-rng.random() for _ in output])
-        turn = trajectory.turns[0]
         for encoding in ("packed", "array"):
 
             def build(enc: schema.Encoding = encoding, t: Trajectory = trajectory) -> dict[str, Any]:  # type: ignore[assignment]
-                start, end = turn.output_start, turn.output_start + turn.output_length
+                first = t.turns[0]
+                start, end = first.output_start, first.output_start + first.output_length
                 if enc == "packed":  # what record_turn does: slices of the trajectory's packed buffers
                     ids, lps = t.packed_ids, t.packed_logprobs
                     data: tuple[Any, ...] = (
@@ -277,7 +277,8 @@ def markdown(p1: list[dict[str, Any]], p2: list[dict[str, Any]], p3: list[dict[s
         "",
         "One turn's token data (N new tokens: ids + logprobs) as span attributes, medians of CPU ms:",
         "",
-        "| tokens | encoding | set on span (record_turn) | OTLP encode | decode (collector) | OTLP bytes | gzip bytes |",
+        "| tokens | encoding | set on span (record_turn) | OTLP encode | decode (collector) | OTLP bytes "
+        "| gzip bytes |",
         "|---|---|---|---|---|---|---|",
     ]
     lines += [
