@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import gzip
+import itertools
 import json
 import os
 import platform
@@ -174,6 +175,7 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     tokenizer = build_qwen3_tokenizer()
     system = " ".join(["alpha beta gamma delta"] * (system_tokens // 4))
     samples: list[float] = []
+    starts: list[float] = []
 
     async def episode() -> None:
         model = SGLangModel(
@@ -183,6 +185,7 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
 
         async def measured(*args: Any, **kwargs: Any) -> Any:
             start = time.process_time()
+            starts.append(start)
             async for event in original(*args, **kwargs):
                 yield event
             samples.append((time.process_time() - start) * 1000)
@@ -202,11 +205,19 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
 
     asyncio.run(episode())  # warm-up
     samples.clear()
+    turns: list[float] = []
     for _ in range(3):
+        starts.clear()
         asyncio.run(episode())
+        # A turn: from one model call's start to the next one's (adds the tool run and Strands' loop).
+        turns += [(b - a) * 1000 for a, b in itertools.pairwise(starts[1:])]
     provider.force_flush()
     later = [s for i, s in enumerate(samples) if i % calls != 0]
-    return {"per_call_ms": statistics.median(later), "first_call_ms": statistics.median(samples[::calls])}
+    return {
+        "per_call_ms": statistics.median(later),
+        "per_turn_ms": statistics.median(turns),
+        "first_call_ms": statistics.median(samples[::calls]),
+    }
 
 
 def part3(sizes: list[int], calls: int) -> list[dict[str, Any]]:
@@ -239,6 +250,7 @@ def part3(sizes: list[int], calls: int) -> list[dict[str, Any]]:
     try:
         for n in sizes:
             results: dict[str, list[float]] = {"on": [], "off": []}
+            turn_results: dict[str, list[float]] = {"on": [], "off": []}
             for round_ in range(2):
                 for setting in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
                     env = {**os.environ, "STRANDS_TITO_CAPTURE": "1" if setting == "on" else "0"}
@@ -253,9 +265,22 @@ def part3(sizes: list[int], calls: int) -> list[dict[str, Any]]:
                         .stdout.strip()
                         .splitlines()[-1]
                     )
-                    results[setting].append(json.loads(out)["per_call_ms"])
+                    measured = json.loads(out)
+                    results[setting].append(measured["per_call_ms"])
+                    turn_results[setting].append(measured["per_turn_ms"])
             on, off = statistics.median(results["on"]), statistics.median(results["off"])
-            rows.append({"tokens": n, "on_ms": on, "off_ms": off, "overhead_pct": 100 * (on - off) / off})
+            turn_on, turn_off = statistics.median(turn_results["on"]), statistics.median(turn_results["off"])
+            rows.append(
+                {
+                    "tokens": n,
+                    "on_ms": on,
+                    "off_ms": off,
+                    "overhead_pct": 100 * (on - off) / off,
+                    "turn_on_ms": turn_on,
+                    "turn_off_ms": turn_off,
+                    "turn_overhead_pct": 100 * (turn_on - turn_off) / turn_off,
+                }
+            )
     finally:
         engine.terminate()
         server.shutdown()
@@ -297,13 +322,20 @@ def markdown(p1: list[dict[str, Any]], p2: list[dict[str, Any]], p3: list[dict[s
     if p3:
         lines += [
             "",
-            "Client CPU per model call of a real agent against the local engine (separate process), same "
-            "SDK provider and OTLP/HTTP exporter, capture on vs off (median of runs interleaved on/off):",
+            "Client CPU of a real agent against the local engine (separate process), same SDK provider and "
+            "OTLP/HTTP exporter, capture on vs off (medians; runs interleaved on/off). Process CPU, so the exporter's "
+            "background thread (encoding and sending the larger spans) is included. Call: `model.stream`; turn: "
+            "from one model call's start to the next (adds the tool and Strands' loop):",
             "",
-            "| context tokens | capture off ms | capture on ms | overhead |",
-            "|---|---|---|---|",
+            "| context tokens | call: off ms | call: on ms | call overhead | turn: off ms | turn: on ms "
+            "| turn overhead |",
+            "|---|---|---|---|---|---|---|",
         ]
-        lines += [f"| {r['tokens']:,} | {r['off_ms']:.2f} | {r['on_ms']:.2f} | {r['overhead_pct']:+.1f}% |" for r in p3]
+        lines += [
+            f"| {r['tokens']:,} | {r['off_ms']:.2f} | {r['on_ms']:.2f} | {r['overhead_pct']:+.1f}% | "
+            f"{r['turn_off_ms']:.2f} | {r['turn_on_ms']:.2f} | {r['turn_overhead_pct']:+.1f}% |"
+            for r in p3
+        ]
     return "\n".join(lines) + "\n"
 
 

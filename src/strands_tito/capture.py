@@ -13,6 +13,7 @@ Getting spans *out* of the process is switched on by environment variables, no c
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import os
@@ -81,10 +82,15 @@ def span_encoding() -> schema.Encoding:
 def agentlightning_identity(environ: dict[str, str] | None = None) -> dict[str, str]:
     """Rollout and attempt ids when running under Agent Lightning's controller (parsed from ``AGL_EVENT_URL``)."""
     env = os.environ if environ is None else environ
-    match = _AGL_EVENT_URL.search(env.get("AGL_EVENT_URL", ""))
+    return dict(_identity_of(env.get("AGL_EVENT_URL", "")))
+
+
+@functools.lru_cache(maxsize=8)
+def _identity_of(event_url: str) -> tuple[tuple[str, str], ...]:
+    match = _AGL_EVENT_URL.search(event_url)
     if match is None:
-        return {}
-    return {AGL_ROLLOUT_ID: match.group("rollout"), AGL_ATTEMPT_ID: match.group("attempt")}
+        return ()
+    return ((AGL_ROLLOUT_ID, match.group("rollout")), (AGL_ATTEMPT_ID, match.group("attempt")))
 
 
 def check_span_limits(limits: Any) -> None:
