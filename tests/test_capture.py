@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import strands_tito
 from strands_tito import capture, spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.engine import Reply, Script
@@ -242,7 +243,7 @@ async def test_missing_duplicated_and_reordered_spans_are_detected(start_engine,
 async def test_rewards_ride_on_the_trace(start_engine, qwen3, memory) -> None:  # type: ignore[no-untyped-def]
     model, agent = await run_tool_agent(start_engine, qwen3, Reply(text="42"))
     capture.record_reward(0.5, agent=agent)
-    capture.record_reward(1.0)  # the most recently active trajectory
+    strands_tito.record_reward(1.0)  # the public name; the most recently active trajectory
     original = model.token_manager
     model.reset()
     record = assemble(from_memory(memory), {original.trajectory_id})[original.trajectory_id]

@@ -6,6 +6,7 @@ import pkgutil
 # they join this package from there (a wheel simply contains them).
 __path__ = pkgutil.extend_path(__path__, __name__)
 
+from .capture import record_reward
 from .client import (
     SGLangCancelledError,
     SGLangClient,
@@ -69,4 +70,5 @@ __all__ = [
     "get_client_from_slime_args",
     "get_tokenizer",
     "get_tool_parser",
+    "record_reward",
 ]
