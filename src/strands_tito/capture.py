@@ -170,20 +170,7 @@ def record_turn(
         tool_parse_errors=tool_parse_errors,
         routed_experts=routed_experts,
     )
-    attributes.update(agentlightning_identity())
-    limits = getattr(span, "_limits", None)
-    check_span_limits(limits)
-    existing = len(getattr(span, "attributes", None) or {})
-    limit = getattr(limits, "max_span_attributes", None)
-    if limit is not None and existing + len(attributes) > limit:
-        raise CaptureConfigError(
-            f"the chat span already has {existing} attributes; adding {len(attributes)} would pass the limit {limit} "
-            "and evict data; raise OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"
-        )
-    span.set_attributes(attributes)
-    with _lock:
-        _open[trajectory.trajectory_id] = trajectory
-    _register_exit_hook()
+    _put_on_span(span, attributes, trajectory)
 
 
 def record_call(
@@ -217,6 +204,12 @@ def record_call(
         model_id=model_id,
         request_id=request_id,
     )
+    _put_on_span(span, attributes, calls)
+    return True
+
+
+def _put_on_span(span: Any, attributes: dict[str, Any], owner: Trajectory | CallSequence) -> None:
+    """Set a turn's or call's attributes, refusing to let the SDK's count limit evict any, and track its owner."""
     attributes.update(agentlightning_identity())
     limits = getattr(span, "_limits", None)
     check_span_limits(limits)
@@ -229,9 +222,8 @@ def record_call(
         )
     span.set_attributes(attributes)
     with _lock:
-        _open[calls.trajectory_id] = calls
+        _open[owner.trajectory_id] = owner
     _register_exit_hook()
-    return True
 
 
 def end_trajectory(trajectory: Trajectory | CallSequence, reason: str) -> None:
