@@ -19,7 +19,6 @@ import gzip
 import itertools
 import json
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -36,6 +35,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from strands_tito import spans as schema
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _machine import describe
 
 
 def timed(fn: Any, repeat: int) -> float:
@@ -288,17 +290,11 @@ def part3(sizes: list[int], calls: int) -> list[dict[str, Any]]:
     return rows
 
 
-def machine() -> str:
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
-
-
 def markdown(p1: list[dict[str, Any]], p2: list[dict[str, Any]], p3: list[dict[str, Any]]) -> str:
     lines = [
         "## Trace capture cost (`benchmarks/capture_cost.py`)",
         "",
-        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}.",
+        f"Machine: {describe()}. Date: {time.strftime('%Y-%m-%d')}.",
         "",
         "One turn's token data (N new tokens: ids + logprobs) as span attributes, medians of CPU ms:",
         "",

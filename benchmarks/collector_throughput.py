@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import platform
 import random
 import resource
 import sys
@@ -26,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _machine import describe
 from otlp_helpers import make_request, turn_spans
 
 from strands_tito.collector.ingest import Ingestor
@@ -110,12 +110,6 @@ def memory(trajectories: int, tokens: int) -> dict[str, Any]:
     }
 
 
-def machine() -> str:
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "?")
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -127,7 +121,7 @@ def main() -> None:
     lines = [
         "## Collector ingest (`benchmarks/collector_throughput.py`)",
         "",
-        f"Machine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. {count} trajectories of {tokens:,} tokens "
+        f"Machine: {describe()}. Date: {time.strftime('%Y-%m-%d')}. {count} trajectories of {tokens:,} tokens "
         "(8 turns each, packed spans), one request per trajectory, through the ingest path in one process.",
         "",
         "| store | spans | tokens | request MB | CPU s | spans/s per core | tokens/s per core |",
