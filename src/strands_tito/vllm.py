@@ -421,7 +421,9 @@ class _Parsed:
 
 
 def _eos_ids(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
-    ids: set[int] = set()
+    """Ids an EOS stop (``stop_reason`` None) can end on: the tokenizer's EOS and its other special tokens (vLLM also
+    stops on the ``eos_token_id`` list of the model's generation config, which the client does not see)."""
+    ids: set[int] = {i for i in tokenizer.all_special_ids if isinstance(i, int)}
     eos = tokenizer.eos_token_id
     if isinstance(eos, int):
         ids.add(eos)
