@@ -22,7 +22,9 @@ def add(a: int, b: int) -> int:
 model = OpenAIModel(
     client_args={"base_url": os.environ["OPENAI_BASE_URL"], "api_key": os.environ.get("OPENAI_API_KEY", "EMPTY")},
     model_id=os.environ.get("MODEL_ID", "policy"),
-    params={"max_tokens": 256},
+    # logprobs: training needs them (Agent Lightning's trainer uses them as the rollout's old log-probabilities);
+    # capture records them when the request asks for them.
+    params={"max_tokens": 256, "logprobs": True},
 )
 agent = Agent(model=model, tools=[add], callback_handler=None)
 print(agent("What is 25 + 17? Use the add tool."))

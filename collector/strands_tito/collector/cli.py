@@ -11,6 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
+from strands_tito.exporters import ExporterConfigError
+
 from .service import CollectorConfig, serve
 
 
@@ -38,10 +40,26 @@ def parse_args(argv: list[str]) -> CollectorConfig:
     p.add_argument("--max-store-mb", type=float, default=10240, help="refuse new data (503) above this store size")
     p.add_argument("--max-inflight", type=int, default=64, help="requests processed at once before answering 503")
     p.add_argument("--progress-interval", type=float, default=10, help="seconds between progress lines (0 = off)")
+    agl = p.add_argument_group("Agent Lightning", "post each model call of a rollout's trajectories as events")
+    agl.add_argument("--agl-url", help="Agent Lightning server base URL (e.g. http://127.0.0.1:8080): turns it on")
+    agl.add_argument("--agl-key", default=os.environ.get("AGL_KEY"), help="the server's key (default: $AGL_KEY)")
+    agl.add_argument(
+        "--agl-ack-timeout",
+        type=float,
+        default=8.0,
+        help="hold an agent's OTLP acknowledgement at most this long until its rollout's events are on the server, "
+        "so the rollout's events are complete when the agent exits (default 8; keep it below the agent's "
+        "OTEL_EXPORTER_OTLP_TIMEOUT, 10 by default; 0 = no holding)",
+    )
+    agl.add_argument("--agl-model", help="model name to report in the events (default: the agent model's model_id)")
     p.add_argument("--log-level", default="INFO")
     a = p.parse_args(argv)
     if (a.tls_cert is None) != (a.tls_key is None):
         p.error("--tls-cert and --tls-key go together")
+    if a.agl_url is None and (a.agl_model is not None or any(x.startswith("--agl-key") for x in argv)):
+        p.error("--agl-key and --agl-model need --agl-url")
+    if a.agl_ack_timeout < 0:
+        p.error("--agl-ack-timeout must be >= 0")
     try:
         host, http_port = _address(a.http, "--http")
         grpc_host, grpc_port = (None, None) if a.grpc == "off" else _address(a.grpc, "--grpc")
@@ -53,6 +71,7 @@ def parse_args(argv: list[str]) -> CollectorConfig:
     if a.parquet is not None:
         outputs.append(f"parquet:{a.parquet}")
     logging.basicConfig(level=a.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # not a line per request
     return CollectorConfig(
         store=a.store / "collector.db",
         outputs=outputs,
@@ -69,6 +88,10 @@ def parse_args(argv: list[str]) -> CollectorConfig:
         max_inflight=a.max_inflight,
         idle_timeout=a.idle_timeout,
         progress_interval=a.progress_interval,
+        agl_url=a.agl_url,
+        agl_key=a.agl_key,
+        agl_ack_timeout=a.agl_ack_timeout,
+        agl_model=a.agl_model,
     )
 
 
@@ -85,5 +108,9 @@ def collect_main(argv: list[str]) -> int:
         with contextlib.suppress(asyncio.CancelledError):
             await serve(config)
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except ExporterConfigError as e:
+        print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
+        return 2
     return 0

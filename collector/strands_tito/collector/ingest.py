@@ -20,6 +20,9 @@ from .store import Store, StoredSpan
 
 logger = logging.getLogger(__name__)
 
+# Agent Lightning's rollout and attempt ids (strands_tito.capture.AGL_ROLLOUT_ID / AGL_ATTEMPT_ID).
+_SPAN_IDENTITY = ("agentlightning.rollout_id", "agentlightning.attempt_id")
+
 
 class PayloadTooLarge(ValueError):
     """The body, once decompressed, is larger than the collector accepts."""
@@ -33,6 +36,8 @@ class IngestResult:
     duplicates: int = 0
     ignored: int = 0
     errors: list[str] = field(default_factory=list)
+    trajectories: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Every trajectory the request carried valid spans of, with the resource of those spans."""
 
     @property
     def rejected(self) -> int:
@@ -121,9 +126,10 @@ class Ingestor:
                         span.span_id.hex(),
                         decoded.trajectory_id,
                         span.SerializeToString(),
-                        resource,
+                        _with_span_identity(resource, attributes),
                     )
                     candidates.append((stored, decoded))
+                    result.trajectories.setdefault(decoded.trajectory_id, stored.resource)
         done: list[TrajectoryRecord] = []
         with self._lock:
             late = self.store.finished(s.trajectory_id for s, _ in candidates)
@@ -193,6 +199,13 @@ class Ingestor:
                 len(record.trajectory),
                 record.reason,
             )
+
+
+def _with_span_identity(resource: dict[str, Any], attributes: dict[str, Any]) -> dict[str, Any]:
+    """The resource, plus the Agent Lightning ids capture puts on its spans when the resource lacks them (an app's
+    own tracer provider built without the environment's resource attributes)."""
+    missing = {k: attributes[k] for k in _SPAN_IDENTITY if k in attributes and k not in resource}
+    return {**resource, **missing} if missing else resource
 
 
 def describe(result: IngestResult) -> dict[str, Any]:

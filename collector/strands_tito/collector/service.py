@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hmac
 import json
 import logging
@@ -11,6 +12,8 @@ import random
 import ssl
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,12 @@ class CollectorConfig:
     idle_timeout: float = 600.0
     batch_size: int = 64
     progress_interval: float = 10.0
+    agl_url: str | None = None
+    """Agent Lightning server base URL: turns its exporter on (see :mod:`strands_tito.exporters.agentlightning`)."""
+    agl_key: str | None = field(default=None, repr=False)
+    agl_ack_timeout: float = 8.0
+    """Longest hold of an agent's OTLP acknowledgement until its rollout's events are on the server (0: none)."""
+    agl_model: str | None = None
 
 
 @dataclass
@@ -74,10 +83,30 @@ class Collector:
     def __init__(self, config: CollectorConfig, exporters: list[TrajectoryExporter] | None = None) -> None:
         self.config = config
         self.exporters = exporters if exporters is not None else [make_exporter(s) for s in config.outputs]
+        if exporters is None and config.agl_url:
+            from strands_tito.exporters.agentlightning import AgentLightningExporter
+
+            self.exporters.append(
+                AgentLightningExporter(
+                    config.agl_url,
+                    config.agl_key,
+                    Path(config.store).with_name("agentlightning.db"),
+                    ack_timeout=config.agl_ack_timeout,
+                    model=config.agl_model,
+                )
+            )
         self.store = Store(config.store)
         self.metrics = Metrics()
-        self._export_wakeup = threading.Event()
-        self.ingestor = Ingestor(self.store, [e.name for e in self.exporters], self._export_wakeup.set)
+        self._wakeups = {e.name: threading.Event() for e in self.exporters}
+        self.ingestor = Ingestor(self.store, [e.name for e in self.exporters], self._wake_exporters)
+        # Exporters whose delivery gates the OTLP acknowledgement (see TrajectoryExporter), and who waits on what.
+        self._ack_exporters = [e for e in self.exporters if getattr(e, "ack_timeout", 0) > 0]
+        for exporter in self._ack_exporters:
+            if hasattr(exporter, "on_delivered"):
+                exporter.on_delivered = functools.partial(self._delivered, exporter.name)  # type: ignore[attr-defined]
+        self._ack_lock = threading.Lock()
+        self._ack_waiters: dict[tuple[str, str], list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = {}
+        self._recently_delivered: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._inflight = 0
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -89,7 +118,15 @@ class Collector:
     # -- lifecycle ---------------------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Recover open trajectories from the store, then start receivers and workers."""
+        """Check the exporters' settings, recover open trajectories from the store, then start receivers and workers.
+
+        Raises:
+            ExporterConfigError: an exporter cannot work with its settings (e.g. a refused key).
+        """
+        for exporter in self.exporters:
+            check = getattr(exporter, "check", None)
+            if check is not None:
+                await asyncio.to_thread(check)
         replayed = await asyncio.to_thread(self.ingestor.recover)
         logger.info("replayed=<%d>, store=<%s> | recovered open trajectories", replayed, self.config.store)
         for exporter in self.exporters:
@@ -133,7 +170,7 @@ class Collector:
         if self._grpc is not None:
             await self._grpc.stop(grace)
         self._stopping.set()
-        self._export_wakeup.set()
+        self._wake_exporters()
         for thread in self._threads:
             await asyncio.to_thread(thread.join, grace + 30)
         for exporter in self.exporters:
@@ -226,25 +263,107 @@ class Collector:
         result = await self.ingest(parsed)
         if result.errors and not result.accepted and not result.duplicates:
             return "bad_request", _status_response(400, code_pb2.INVALID_ARGUMENT, "; ".join(result.errors), as_json)
+        await self.hold_acknowledgement(result)
         return "ok", _export_response(result, as_json)
+
+    # -- acknowledgement after delivery ------------------------------------------------------------------------------
+
+    async def hold_acknowledgement(self, result: IngestResult) -> None:
+        """Wait until the trajectories this request finished (or re-sent) are delivered by the exporters that ask
+        for it (Agent Lightning: the trainer reads a rollout's events as soon as its agent process exits, and the
+        agent's exit waits for this acknowledgement), for at most each exporter's ``ack_timeout``.
+
+        The spans are already committed, so the acknowledgement is given on timeout too; delivery goes on.
+        """
+        if not self._ack_exporters or not result.trajectories:
+            return
+        wanted = [
+            (exporter, tid)
+            for tid, resource in result.trajectories.items()
+            for exporter in self._ack_exporters
+            if _acknowledges(exporter, resource)
+        ]
+        if not wanted:
+            return
+        finished = await asyncio.to_thread(self.store.finished, {tid for _, tid in wanted})
+        wanted = [(exporter, tid) for exporter, tid in wanted if tid in finished]
+        if not wanted:
+            return
+        loop = asyncio.get_running_loop()
+        waits: list[tuple[TrajectoryExporter, str, asyncio.Future[None]]] = []
+        with self._ack_lock:
+            for exporter, tid in wanted:
+                key = (exporter.name, tid)
+                if key in self._recently_delivered:
+                    continue
+                future: asyncio.Future[None] = loop.create_future()
+                self._ack_waiters.setdefault(key, []).append((loop, future))
+                waits.append((exporter, tid, future))
+        if not waits:
+            return
+        # Delivered before this collector started (or before the waiter was registered, by batch): no outbox row.
+        queued = await asyncio.to_thread(self._still_queued, [(e.name, tid) for e, tid, _ in waits])
+        for exporter, tid, future in waits:
+            if (exporter.name, tid) not in queued and not future.done():
+                future.set_result(None)
+        pending = [future for _, _, future in waits if not future.done()]
+        if pending:
+            timeout = max(float(getattr(exporter, "ack_timeout", 0)) for exporter, _, _ in waits)
+            started = time.monotonic()
+            await asyncio.wait(pending, timeout=timeout)
+            late = [(e.name, tid) for e, tid, future in waits if not future.done()]
+            if late:
+                logger.warning(
+                    "waited=<%.1f>, late=<%s> | not delivered in time; acknowledged anyway, delivery goes on",
+                    time.monotonic() - started,
+                    late,
+                )
+        with self._ack_lock:
+            for exporter, tid, future in waits:
+                key = (exporter.name, tid)
+                entries = [w for w in self._ack_waiters.get(key, []) if w[1] is not future]
+                if entries:
+                    self._ack_waiters[key] = entries
+                else:
+                    self._ack_waiters.pop(key, None)
+
+    def _still_queued(self, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
+        return {key for key in keys if self.store.queued(key[0], key[1])}
+
+    def _delivered(self, exporter: str, trajectory_id: str) -> None:
+        """An exporter has delivered a trajectory (called from its export thread): release who waits for it."""
+        key = (exporter, trajectory_id)
+        with self._ack_lock:
+            self._recently_delivered[key] = None
+            while len(self._recently_delivered) > 100_000:
+                self._recently_delivered.popitem(last=False)
+            waiters = self._ack_waiters.pop(key, [])
+        for loop, future in waiters:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+                loop.call_soon_threadsafe(_resolve, future)
 
     # -- export ------------------------------------------------------------------------------------------------------
 
+    def _wake_exporters(self) -> None:
+        for wakeup in self._wakeups.values():
+            wakeup.set()
+
     def _export_loop(self, exporter: TrajectoryExporter) -> None:
+        wakeup = self._wakeups[exporter.name]
         while not self._stopping.is_set() or self._has_batch(exporter):
             batch = self.store.pending_batch(exporter.name)
             if batch is not None and batch.attempts and time.time() < self.store.retry_at(batch.batch_id):
                 if self._stopping.is_set():
                     return  # a failing exporter must not hold up shutdown; the batch stays in the store
-                self._export_wakeup.wait(0.5)
+                time.sleep(min(0.5, max(0.0, self.store.retry_at(batch.batch_id) - time.time())))
                 continue
             if batch is None:
+                wakeup.clear()  # before looking: a trajectory finished from now on sets it again
                 batch = self.store.start_batch(exporter.name, exporter.next_position(), self.config.batch_size)
             if batch is None:
                 if self._stopping.is_set():
                     return
-                self._export_wakeup.wait(1.0)
-                self._export_wakeup.clear()
+                wakeup.wait(1.0)
                 continue
             try:
                 exporter.write(batch.records, batch.position)
@@ -256,6 +375,9 @@ class Collector:
                 continue
             self.store.batch_done(batch.batch_id)
             self.metrics.exported[exporter.name] = self.metrics.exported.get(exporter.name, 0) + len(batch.records)
+            if exporter in self._ack_exporters:
+                for record in batch.records:
+                    self._delivered(exporter.name, record["trajectory_id"])
 
     def _has_batch(self, exporter: TrajectoryExporter) -> bool:
         return self.store.pending_batch(exporter.name) is not None
@@ -302,6 +424,16 @@ class Collector:
             f"{self.ingestor.finished_incomplete} incomplete trajectories, {self.ingestor.assembler.open_trajectories} "
             f"open, export queue {counts['outbox']}, store {self.store.size_bytes() / 1e6:.1f} MB"
         )
+
+
+def _acknowledges(exporter: TrajectoryExporter, resource: Mapping[str, Any]) -> bool:
+    acknowledges = getattr(exporter, "acknowledges", None)
+    return bool(acknowledges(resource)) if acknowledges is not None else True
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _export_response(result: IngestResult, as_json: bool) -> Response:
@@ -355,6 +487,7 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
         if result.errors and not result.accepted and not result.duplicates:
             collector.metrics.count_request("grpc", "bad_request")
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(result.errors)[:4000])
+        await collector.hold_acknowledgement(result)
         collector.metrics.count_request("grpc", "ok")
         response = trace_service_pb2.ExportTraceServiceResponse()
         if result.errors:

@@ -253,6 +253,14 @@ class Store:
             db.execute("DELETE FROM outbox WHERE batch_id = ?", (batch_id,))
             db.execute("DELETE FROM batches WHERE batch_id = ?", (batch_id,))
 
+    def queued(self, exporter: str, trajectory_id: str) -> bool:
+        """Whether a finished trajectory still waits for (or is in a batch of) this exporter."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM outbox WHERE exporter = ? AND trajectory_id = ?", (exporter, trajectory_id)
+            ).fetchone()
+        return row is not None
+
     def counts(self) -> dict[str, int]:
         """Rows per table, for metrics."""
         with self._lock:

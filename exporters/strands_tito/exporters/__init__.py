@@ -5,8 +5,8 @@ next batch will be written to, commits that in its store, then calls :meth:`Traj
 same batch again at the same position must give the same result, which is what makes a crash mid-write harmless.
 """
 
-from .base import TrajectoryExporter, make_exporter
+from .base import ExporterConfigError, TrajectoryExporter, make_exporter
 from .jsonl import JsonlExporter
 from .parquet import ParquetExporter
 
-__all__ = ["JsonlExporter", "ParquetExporter", "TrajectoryExporter", "make_exporter"]
+__all__ = ["ExporterConfigError", "JsonlExporter", "ParquetExporter", "TrajectoryExporter", "make_exporter"]

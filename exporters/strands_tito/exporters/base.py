@@ -6,8 +6,21 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 
+class ExporterConfigError(RuntimeError):
+    """An exporter cannot work with the settings it was given (the collector refuses to start)."""
+
+
 class TrajectoryExporter(Protocol):
     """Writes batches of trajectory records (``TrajectoryRecord.to_dict()`` dictionaries).
+
+    The collector writes one batch at a time per exporter and retries a failed batch (same records, same position)
+    until it succeeds before it asks for the next position.
+
+    Optional, looked up with ``getattr``: ``check()`` (run once at start-up; raises :class:`ExporterConfigError` to
+    stop the collector), and, for an exporter whose delivery the agent must wait for, ``ack_timeout`` (seconds > 0),
+    ``acknowledges(resource) -> bool`` and ``on_delivered`` (the collector sets it to a callable taking a trajectory
+    id): the collector holds the OTLP acknowledgement of a request carrying spans of a finished trajectory whose
+    resource the exporter ``acknowledges`` until the exporter reports it delivered, for at most ``ack_timeout``.
 
     Attributes:
         name: Unique name; the collector keeps one outbox per exporter name.
