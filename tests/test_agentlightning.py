@@ -33,10 +33,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
 import pytest
 from agentlightning.verl.agl_rollout_manager import AglRolloutManagerBase, CompletedRollout, EnqueuedRollout
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from strands_tito import capture
 from strands_tito.collector import Collector, CollectorConfig
@@ -375,9 +378,10 @@ class CollectorProcess:
 
 @pytest.fixture(scope="module")
 def slow_proxy(agl: AglServer) -> Iterator[Proxy]:
-    """Every answer from the server comes 0.1 s late, so delivery takes visibly longer than an agent's exit."""
+    """Every answer from the server comes 0.3 s late, so a rollout's delivery takes longer than an agent's exit
+    (without the held acknowledgement, its events would not all be there when the process is gone)."""
     proxy = Proxy(agl.url)
-    proxy.delay = 0.1
+    proxy.delay = 0.3
     yield proxy
     proxy.close()
 
@@ -391,11 +395,13 @@ def collector(tmp_path_factory: pytest.TempPathFactory, slow_proxy: Proxy) -> It
 
 @contextlib.asynccontextmanager
 async def collector_in_process(
-    directory: Path, agl_url: str, *, key: str = KEY, ack_timeout: float = 8.0
+    directory: Path, agl_url: str, *, key: str = KEY, ack_timeout: float = 8.0, grpc: bool = False
 ) -> AsyncIterator[Collector]:
     """The same collector service in this process, with a JSONL exporter and the Agent Lightning exporter."""
     exporter = AgentLightningExporter(agl_url, key, directory / "agentlightning.db", ack_timeout=ack_timeout)
-    config = CollectorConfig(store=directory / "collector.db", http_port=0, grpc_port=None, progress_interval=0)
+    config = CollectorConfig(
+        store=directory / "collector.db", http_port=0, grpc_port=0 if grpc else None, progress_interval=0
+    )
     c = Collector(config, exporters=[JsonlExporter(directory / "out.jsonl"), exporter])
     await c.start()
     try:
@@ -504,7 +510,7 @@ def test_sglang_agents_exit_only_after_their_exact_rollouts_are_on_the_server(
     agl: AglServer, collector: CollectorProcess, slow_proxy: Proxy, start_engine: Callable[..., LocalEngine]
 ) -> None:
     """Four rollouts at once, each an unchanged Strands agent (SGLangModel) with a tool, started with the controller's
-    variables. Every answer from the server is 0.1 s late, and each agent's events are still all there the moment it
+    variables. Every answer from the server is 0.3 s late, and each agent's events are still all there the moment it
     exits: its exit waited for them. What the trainer reads is exact, call by call and merged."""
     n = 4
     scripts = [
@@ -682,9 +688,18 @@ async def post_otlp(endpoint: str, body: bytes, timeout: float = 30) -> float:
     return time.monotonic() - started
 
 
-@pytest.mark.parametrize("hold", [True, False], ids=["held", "not-held"])
+def export_grpc(port: int, body: bytes) -> float:
+    """The same over OTLP/gRPC."""
+    started = time.monotonic()
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub.Export(ExportTraceServiceRequest.FromString(body), timeout=30)
+    return time.monotonic() - started
+
+
+@pytest.mark.parametrize(("hold", "protocol"), [(True, "http"), (True, "grpc"), (False, "http")])
 async def test_the_acknowledgement_waits_until_the_events_are_stored(
-    agl: AglServer, proxies: Callable[[], Proxy], tmp_path: Path, hold: bool
+    agl: AglServer, proxies: Callable[[], Proxy], tmp_path: Path, hold: bool, protocol: str
 ) -> None:
     """The proof's control: with answers 0.2 s late, the acknowledgement of the request that ends a rollout's
     trajectory comes only once all its events are stored; without holding it, the agent would exit first."""
@@ -692,11 +707,16 @@ async def test_the_acknowledgement_waits_until_the_events_are_stored(
 
     proxy = proxies()
     proxy.delay = 0.2
-    rollout_id = f"ack-{hold}"
+    rollout_id = f"ack-{hold}-{protocol}"
     agl.create(rollout_id)
     trajectory = random_trajectory(random.Random(11), turns=3)
-    async with collector_in_process(tmp_path, proxy.url, ack_timeout=8.0 if hold else 0.0) as c:
-        waited = await post_otlp(f"http://127.0.0.1:{c.http_port}", otlp_rollout(trajectory, rollout_id, 1.0))
+    body = otlp_rollout(trajectory, rollout_id, 1.0)
+    async with collector_in_process(tmp_path, proxy.url, ack_timeout=8.0 if hold else 0.0, grpc=True) as c:
+        if protocol == "grpc":
+            assert c.grpc_port is not None
+            waited = await asyncio.to_thread(export_grpc, c.grpc_port, body)
+        else:
+            waited = await post_otlp(f"http://127.0.0.1:{c.http_port}", body)
         at_ack = await asyncio.to_thread(agl.events, rollout_id, triplet=True)
         if hold:
             assert len(at_ack) == 4, at_ack  # 3 calls and the reward
