@@ -484,18 +484,40 @@ def agent_env(agl: AglServer, rollout_id: str, collector: CollectorProcess, **ex
     }
 
 
+# Runs an unchanged example script, plus one probe: an exit handler registered before anything else, so it runs
+# after strands-tito's (atexit is last in, first out), i.e. once the exit flush has returned. It reads the rollout's
+# triplet view from the server right then. An agent process ends a good second after that (interpreter teardown),
+# which alone would often give a slow exporter time to catch up; the probe leaves it no such slack.
+EXIT_PROBE = """
+import atexit, os, re, runpy, sys, urllib.request
+
+def probe():
+    base, rollout = re.match(r"(.*)/api/rollouts/([^/]+)/attempt/", os.environ["AGL_EVENT_URL"]).groups()
+    request = urllib.request.Request(
+        f"{base}/api/rollouts/{rollout}/events?format=triplet",
+        headers={"Authorization": "Bearer " + os.environ["AGL_KEY"]},
+    )
+    sys.stderr.write("VIEW_AFTER_FLUSH " + urllib.request.urlopen(request).read().decode() + chr(10))
+
+atexit.register(probe)
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
 def run_agents(
-    agl: AglServer, commands: dict[str, tuple[list[str], dict[str, str]]]
+    agl: AglServer, commands: dict[str, tuple[str, dict[str, str]]]
 ) -> dict[str, tuple[int, str, list[dict[str, Any]]]]:
-    """Start every agent at once; the moment each one exits, read its rollout's triplet view (as the trainer does
-    when the controller marks the rollout succeeded). Returns exit status, stderr and that view per rollout."""
+    """Start every agent script at once, each under :data:`EXIT_PROBE`. Returns per rollout the exit status, stderr
+    and the rollout's triplet view as it was the moment the agent's exit flush had returned (and the process was
+    free to exit and the controller to mark the rollout succeeded)."""
     results: dict[str, tuple[int, str, list[dict[str, Any]]]] = {}
 
-    def one(rollout_id: str, command: list[str], env: dict[str, str]) -> None:
+    def one(rollout_id: str, script: str, env: dict[str, str]) -> None:
+        command = [sys.executable, "-c", EXIT_PROBE, script]
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
-        with httpx.Client(base_url=agl.url, headers={"Authorization": f"Bearer {KEY}"}) as http:
-            view = http.get(f"/api/rollouts/{rollout_id}/events", params={"format": "triplet"}).json()
-        results[rollout_id] = (proc.returncode, proc.stderr, view)
+        views = [line.split(" ", 1)[1] for line in proc.stderr.splitlines() if line.startswith("VIEW_AFTER_FLUSH ")]
+        results[rollout_id] = (proc.returncode, proc.stderr, json.loads(views[0]) if views else [])
 
     threads = [threading.Thread(target=one, args=(rid, *spec)) for rid, spec in commands.items()]
     for thread in threads:
@@ -510,8 +532,9 @@ def test_sglang_agents_exit_only_after_their_exact_rollouts_are_on_the_server(
     agl: AglServer, collector: CollectorProcess, slow_proxy: Proxy, start_engine: Callable[..., LocalEngine]
 ) -> None:
     """Four rollouts at once, each an unchanged Strands agent (SGLangModel) with a tool, started with the controller's
-    variables. Every answer from the server is 0.3 s late, and each agent's events are still all there the moment it
-    exits: its exit waited for them. What the trainer reads is exact, call by call and merged."""
+    variables. Every answer from the server is 0.3 s late, and each agent's events are all there the moment its exit
+    flush returns: the exit waited for them (with ``--agl-ack-timeout 0`` this view is empty). What the trainer reads
+    is exact, call by call and merged."""
     n = 4
     scripts = [
         Script(
@@ -534,19 +557,19 @@ def test_sglang_agents_exit_only_after_their_exact_rollouts_are_on_the_server(
             QUESTION=f"Rollout {i}: What is {10 + i} + 17?",
             ANSWER=str(27 + i) if i % 2 == 0 else "no such answer",  # odd rollouts score 0
         )
-        commands[rollout_id] = ([sys.executable, str(EXAMPLES / "agl_agent.py")], env)
+        commands[rollout_id] = (str(EXAMPLES / "agl_agent.py"), env)
     posts_before = slow_proxy.event_posts()
     results = run_agents(agl, commands)
 
     records = collector.records()
     for i in range(n):
         rollout_id = f"sglang-{i}"
-        returncode, stderr, view_at_exit = results[rollout_id]
+        returncode, stderr, view_at_flush = results[rollout_id]
         assert returncode == 0, stderr[-3000:]
-        # On time: everything was on the server when the process had exited.
-        assert [e["event_type"] for e in view_at_exit] == ["model_request", "model_request", "reward"]
+        # On time: everything was on the server once the exit flush had returned, before the process was gone.
+        assert [e["event_type"] for e in view_at_flush] == ["model_request", "model_request", "reward"]
         completed = trainer_reads(agl, rollout_id)
-        assert [e["data"] for e in completed.triplet_events] == [e["data"] for e in view_at_exit]
+        assert [e["data"] for e in completed.triplet_events] == [e["data"] for e in view_at_flush]
         assert completed.final_reward == (1.0 if i % 2 == 0 else 0.0)
         # Exact: each call is what the engine received and produced for this rollout's conversation.
         conversation = next(
@@ -560,7 +583,7 @@ def test_sglang_agents_exit_only_after_their_exact_rollouts_are_on_the_server(
             assert triplet.response["token_ids"] == call.output_ids
             assert np.array_equal(np.float32(triplet.response["log_probs"]), np.float32(call.output_logprobs))
             assert triplet.metadata["server"] == {"model": engine.model_path, "version": None}
-        assert [e["data"]["status"] for e in view_at_exit[:2]] == ["ok", "ok"]
+        assert [e["data"]["status"] for e in view_at_flush[:2]] == ["ok", "ok"]
         # The trainer's merge gives one row per rollout, and it is the captured trajectory.
         record = records[rollout_id]
         assert record["complete"], record["reason"]
@@ -591,12 +614,12 @@ def test_stock_openai_agent_calls_are_exact_even_where_the_merge_splits(
     rollout_id = f"openai-{thinking}"
     agl.create(rollout_id)
     env = agent_env(agl, rollout_id, collector, OPENAI_BASE_URL=engine.base_url + "/v1", MODEL_ID=engine.model_path)
-    [(returncode, stderr, view_at_exit)] = run_agents(
-        agl, {rollout_id: ([sys.executable, str(EXAMPLES / "openai_agent.py")], env)}
+    [(returncode, stderr, view_at_flush)] = run_agents(
+        agl, {rollout_id: (str(EXAMPLES / "openai_agent.py"), env)}
     ).values()
     assert returncode == 0, stderr[-3000:]
     calls = engine.chat_records()
-    assert [e["event_type"] for e in view_at_exit] == ["model_request"] * len(calls) == ["model_request"] * 2
+    assert [e["event_type"] for e in view_at_flush] == ["model_request"] * len(calls) == ["model_request"] * 2
     completed = trainer_reads(agl, rollout_id)
     for triplet, call in zip(completed.triplets or [], calls, strict=True):
         assert triplet.prompt["token_ids"] == call.input_ids
