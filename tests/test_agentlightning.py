@@ -874,3 +874,22 @@ async def test_wrong_key_at_run_time_is_a_clear_error_without_a_retry_storm(
     async with collector_in_process(tmp_path, proxy.url) as c:
         await asyncio.to_thread(wait_for, lambda: len(agl.events(rollout_id)) == 3, 20, "delivery with the right key")
     assert_matches_trajectory(trainer_reads(agl, rollout_id), trajectory, "test-model")
+
+
+def test_collect_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    from strands_tito.collector.cli import parse_args
+
+    monkeypatch.setattr(logging, "basicConfig", lambda **kwargs: None)  # no logging set-up in the test process
+    monkeypatch.setattr(logging.getLogger("httpx"), "level", logging.getLogger("httpx").level)
+
+    config = parse_args(["--agl-url", "http://127.0.0.1:8080", "--agl-key", KEY, "--agl-ack-timeout", "3"])
+    assert (config.agl_url, config.agl_key, config.agl_ack_timeout, config.agl_model) == (
+        "http://127.0.0.1:8080",
+        KEY,
+        3.0,
+        None,
+    )
+    assert KEY not in repr(config)  # the key stays out of logs and reprs
+    for argv in (["--agl-key", "k"], ["--agl-model", "m"], ["--agl-url", "http://h", "--agl-ack-timeout", "-1"]):
+        with pytest.raises(SystemExit):
+            parse_args(argv)

@@ -301,31 +301,33 @@ class Collector:
                 waits.append((exporter, tid, future))
         if not waits:
             return
-        # Delivered before this collector started (or before the waiter was registered, by batch): no outbox row.
-        queued = await asyncio.to_thread(self._still_queued, [(e.name, tid) for e, tid, _ in waits])
-        for exporter, tid, future in waits:
-            if (exporter.name, tid) not in queued and not future.done():
-                future.set_result(None)
-        pending = [future for _, _, future in waits if not future.done()]
-        if pending:
-            timeout = max(float(getattr(exporter, "ack_timeout", 0)) for exporter, _, _ in waits)
-            started = time.monotonic()
-            await asyncio.wait(pending, timeout=timeout)
-            late = [(e.name, tid) for e, tid, future in waits if not future.done()]
-            if late:
-                logger.warning(
-                    "waited=<%.1f>, late=<%s> | not delivered in time; acknowledged anyway, delivery goes on",
-                    time.monotonic() - started,
-                    late,
-                )
-        with self._ack_lock:
+        try:
+            # Delivered before this collector started (or before the waiter was registered, by batch): no outbox row.
+            queued = await asyncio.to_thread(self._still_queued, [(e.name, tid) for e, tid, _ in waits])
             for exporter, tid, future in waits:
-                key = (exporter.name, tid)
-                entries = [w for w in self._ack_waiters.get(key, []) if w[1] is not future]
-                if entries:
-                    self._ack_waiters[key] = entries
-                else:
-                    self._ack_waiters.pop(key, None)
+                if (exporter.name, tid) not in queued and not future.done():
+                    future.set_result(None)
+            pending = [future for _, _, future in waits if not future.done()]
+            if pending:
+                timeout = max(float(getattr(exporter, "ack_timeout", 0)) for exporter, _, _ in waits)
+                started = time.monotonic()
+                await asyncio.wait(pending, timeout=timeout)
+                late = [(e.name, tid) for e, tid, future in waits if not future.done()]
+                if late:
+                    logger.warning(
+                        "waited=<%.1f>, late=<%s> | not delivered in time; acknowledged anyway, delivery goes on",
+                        time.monotonic() - started,
+                        late,
+                    )
+        finally:
+            with self._ack_lock:
+                for exporter, tid, future in waits:
+                    key = (exporter.name, tid)
+                    entries = [w for w in self._ack_waiters.get(key, []) if w[1] is not future]
+                    if entries:
+                        self._ack_waiters[key] = entries
+                    else:
+                        self._ack_waiters.pop(key, None)
 
     def _still_queued(self, keys: list[tuple[str, str]]) -> set[tuple[str, str]]:
         return {key for key in keys if self.store.queued(key[0], key[1])}
