@@ -17,8 +17,7 @@ import os
 
 from strands import Agent, tool
 
-from strands_tito import SGLangModel
-from strands_tito.capture import record_reward
+from strands_tito import SGLangModel, record_reward
 from strands_tito.tokenizers import build_qwen3_tokenizer
 
 

@@ -750,6 +750,34 @@ async def test_the_acknowledgement_waits_until_the_events_are_stored(
             await asyncio.to_thread(wait_for, lambda: len(agl.events(rollout_id)) == 4, 10, "late delivery")
 
 
+async def test_many_rollouts_at_once_each_complete_when_acknowledged(agl: AglServer, tmp_path: Path) -> None:
+    """Thirty-two agents end their rollouts at the same moment: each one's acknowledgement comes once its own events
+    are stored, and every rollout is exact."""
+    import random
+
+    rng = random.Random(17)
+    trajectories = {f"many-{i}": random_trajectory(rng, turns=rng.randint(1, 5)) for i in range(32)}
+    for rollout_id in trajectories:
+        agl.create(rollout_id)
+
+    async with collector_in_process(tmp_path, agl.url) as c:
+        endpoint = f"http://127.0.0.1:{c.http_port}"
+
+        async def agent(rollout_id: str, trajectory: Trajectory) -> float:
+            waited = await post_otlp(endpoint, otlp_rollout(trajectory, rollout_id, float(len(trajectory.turns))))
+            view = await asyncio.to_thread(agl.events, rollout_id, triplet=True)
+            assert len(view) == len(trajectory.turns) + 1, rollout_id  # all there at the acknowledgement
+            return waited
+
+        waits = await asyncio.gather(*(agent(rid, t) for rid, t in trajectories.items()))
+    assert max(waits) < 8
+    for rollout_id, trajectory in trajectories.items():
+        completed = trainer_reads(agl, rollout_id)
+        assert completed.final_reward == float(len(trajectory.turns))
+        assert_matches_trajectory(completed, trajectory, "test-model")
+        assert_delivered_once(agl.events(rollout_id))
+
+
 # -- nothing lost, nothing doubled ------------------------------------------------------------------------------------
 
 
