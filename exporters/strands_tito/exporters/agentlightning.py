@@ -317,6 +317,7 @@ class AgentLightningExporter:
                     e,
                 )
                 self._set_posted(tid, position, -1)
+                self._absent.pop(tid, None)
             if self.on_delivered is not None:
                 self.on_delivered(tid)
 
