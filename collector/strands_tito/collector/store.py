@@ -90,6 +90,9 @@ class Store:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        # Spans are blobs of hundreds of KB: large pages keep them off long overflow-page chains (applies to a new
+        # database; an existing one keeps its page size).
+        self._db.execute("PRAGMA page_size=65536")
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL is durable against a process crash (kill -9); FULL would also cover power loss.
         self._db.execute("PRAGMA synchronous=NORMAL")
