@@ -6,7 +6,6 @@ See ``docs/span-schema.md``. Encoding lives next to decoding so the two cannot d
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import sys
@@ -425,11 +424,6 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
 
 def _opt_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
-
-
-def pack_routed_experts(encoded: str) -> bytes:
-    """Routed experts arrive base64 from SGLang; spans carry the raw bytes (a third smaller)."""
-    return base64.b64decode(encoded)
 
 
 __all__ = [
