@@ -52,7 +52,7 @@ from ..tool_parsers import HermesToolParser
 from .http import AnyResponse, Connection, RawResponse, Request, StreamResponse, json_response
 from .outputs import Outcome
 from .protocol import SamplingParams, finish_abort, http_fault_body, token_logprob
-from .script import Fault, Reply, Step
+from .script import Reply, Step
 
 if TYPE_CHECKING:
     from .conversations import Conversation
@@ -425,18 +425,8 @@ class ChatCompletions:
                 return self._respond(
                     request, record, prompt, Outcome([], finish_abort(), success=False), None, received
                 )
-            assignment = engine._tracker.assign(prompt, engine.default, len(prompt) - 1, rerendered=True)
-            conversation, step = assignment.conversation, assignment.step
-            record.conversation = conversation.index
-            record.script = conversation.script
-            record.unscripted = assignment.unscripted
-            record.cached_tokens = assignment.cached_tokens
-            if isinstance(step, Fault):
-                record.fault = step.label
-            status = "done"
-            delay = step.delay if step is not None else 0.0
-            if delay > 0 or flight.aborted.is_set():
-                status = await engine._wait(delay, conn, flight)
+            conversation, step = engine._assign(prompt, len(prompt) - 1, record, rerendered=True)
+            status = await engine._wait_for_step(step, conn, flight)
             if status == "aborted":
                 outcome = Outcome([], finish_abort(), success=False)
                 return self._respond(request, record, prompt, outcome, conversation, received)

@@ -635,6 +635,26 @@ class LocalEngine:
 
     # -- the request lifecycle -------------------------------------------------------------------------------------
 
+    def _assign(
+        self, prompt: list[int], cap: int, record: EngineRecord, *, rerendered: bool = False
+    ) -> tuple[Conversation, Step | None]:
+        """Attribute a request to its conversation, take the conversation's next step, and note both on the record."""
+        assignment = self._tracker.assign(prompt, self.default, cap, rerendered=rerendered)
+        record.conversation = assignment.conversation.index
+        record.script = assignment.conversation.script
+        record.unscripted = assignment.unscripted
+        record.cached_tokens = assignment.cached_tokens
+        if isinstance(assignment.step, Fault):
+            record.fault = assignment.step.label
+        return assignment.conversation, assignment.step
+
+    async def _wait_for_step(self, step: Step | None, conn: Connection, flight: _Flight) -> Literal["done", "aborted"]:
+        """Wait out a step's delay (a slow reply), noticing a client that leaves or an abort meanwhile."""
+        delay = step.delay if step is not None else 0.0
+        if delay > 0 or flight.aborted.is_set():
+            return await self._wait(delay, conn, flight)
+        return "done"
+
     async def _wait(self, delay: float, conn: Connection, flight: _Flight) -> Literal["done", "aborted"]:
         """Wait out ``delay`` (and any pause); raise _Disconnected if the client leaves, report an abort."""
         assert self._running_event is not None
@@ -682,18 +702,9 @@ class LocalEngine:
             cap = len(prompt) - 1
             if generate.return_logprob and generate.logprob_start_len >= 0:
                 cap = min(cap, generate.logprob_start_len)  # SGLang caps prefix reuse at logprob_start_len
-            assignment = self._tracker.assign(prompt, self.default, cap)
-            conversation, step, cached = assignment.conversation, assignment.step, assignment.cached_tokens
-            record.conversation = conversation.index
-            record.script = conversation.script
-            record.unscripted = assignment.unscripted
-            record.cached_tokens = cached
-            if isinstance(step, Fault):
-                record.fault = step.label
-            status = "done"
-            delay = step.delay if step is not None else 0.0
-            if delay > 0 or flight.aborted.is_set():
-                status = await self._wait(delay, conn, flight)
+            conversation, step = self._assign(prompt, cap, record)
+            cached = record.cached_tokens or 0
+            status = await self._wait_for_step(step, conn, flight)
             if status == "aborted":
                 outcome = Outcome([], finish_abort(), success=False)
                 return self._respond(generate, record, prompt, outcome, cached, received, conversation)

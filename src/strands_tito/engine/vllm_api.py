@@ -337,18 +337,8 @@ class VLLMEndpoints:
             assert engine._running_event is not None
             if not engine._running_event.is_set() and await engine._wait(0.0, conn, flight) == "aborted":
                 return self._respond(call, record, Outcome([], finish_abort(), success=False), None, received)
-            assignment = engine._tracker.assign(call.prompt, engine.default, len(call.prompt) - 1)
-            conversation, step = assignment.conversation, assignment.step
-            record.conversation = conversation.index
-            record.script = conversation.script
-            record.unscripted = assignment.unscripted
-            record.cached_tokens = assignment.cached_tokens
-            if isinstance(step, Fault):
-                record.fault = step.label
-            status = "done"
-            delay = step.delay if step is not None else 0.0
-            if delay > 0 or flight.aborted.is_set():
-                status = await engine._wait(delay, conn, flight)
+            conversation, step = engine._assign(call.prompt, len(call.prompt) - 1, record)
+            status = await engine._wait_for_step(step, conn, flight)
             if status == "aborted":
                 outcome = Outcome([], finish_abort(), success=False)
                 return self._respond(call, record, outcome, conversation, received)
