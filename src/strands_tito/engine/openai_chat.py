@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast, get_args
 from jinja2 import TemplateError
 
 from ..tool_parsers import HermesToolParser
-from .http import AnyResponse, Connection, RawResponse, Request, StreamResponse, json_response
+from .http import AnyResponse, Connection, Request, StreamResponse, json_response
 from .outputs import Outcome
 from .protocol import SamplingParams, finish_abort, http_fault_body, token_logprob
 from .script import Reply, Step
@@ -400,7 +400,7 @@ class ChatCompletions:
 
     async def handle(self, http: Request, conn: Connection, received: float) -> AnyResponse:
         """Answer one ``POST /v1/chat/completions``."""
-        from .server import DISCONNECTED_STATUS, NO_SCRIPT_MESSAGE, EngineRecord, _Disconnected, _Flight, _parse_body
+        from .server import NO_SCRIPT_MESSAGE, EngineRecord, _Disconnected, _Flight, _parse_body
 
         engine = self.engine
         body = _parse_body(http.body)
@@ -435,11 +435,7 @@ class ChatCompletions:
                 return self._error(record, ChatError(NO_SCRIPT_MESSAGE))
             return self._answer(request, record, prompt, step, max_new, conversation, received)
         except _Disconnected:
-            record.status = DISCONNECTED_STATUS
-            record.disconnected = True
-            engine._tracker.finish(conversation, prompt, prompt)
-            engine._record(record)
-            return RawResponse(b"")
+            return engine._disconnected(record, conversation, prompt)
         finally:
             engine._flights.discard(flight)
             if conversation is not None:

@@ -648,6 +648,14 @@ class LocalEngine:
             record.fault = assignment.step.label
         return assignment.conversation, assignment.step
 
+    def _disconnected(self, record: EngineRecord, conversation: Conversation | None, prompt: list[int]) -> RawResponse:
+        """Record a request whose client went away before the reply (SGLang aborts those); nothing is sent."""
+        record.status = DISCONNECTED_STATUS
+        record.disconnected = True
+        self._tracker.finish(conversation, prompt, prompt)
+        self._record(record)
+        return RawResponse(b"")
+
     async def _wait_for_step(self, step: Step | None, conn: Connection, flight: _Flight) -> Literal["done", "aborted"]:
         """Wait out a step's delay (a slow reply), noticing a client that leaves or an abort meanwhile."""
         delay = step.delay if step is not None else 0.0
@@ -710,11 +718,7 @@ class LocalEngine:
                 return self._respond(generate, record, prompt, outcome, cached, received, conversation)
             return self._answer(generate, record, prompt, step, max_new, cached, received, conversation)
         except _Disconnected:
-            record.status = DISCONNECTED_STATUS
-            record.disconnected = True
-            self._tracker.finish(conversation, prompt, prompt)
-            self._record(record)
-            return RawResponse(b"")
+            return self._disconnected(record, conversation, prompt)
         finally:
             self._flights.discard(flight)
             if conversation is not None:

@@ -316,7 +316,7 @@ class VLLMEndpoints:
         return json_response(body, error.status, headers)
 
     async def _handle(self, http: Request, conn: Connection, received: float, parse: Any) -> AnyResponse:
-        from .server import DISCONNECTED_STATUS, NO_SCRIPT_MESSAGE, _Disconnected, _Flight
+        from .server import NO_SCRIPT_MESSAGE, _Disconnected, _Flight
 
         engine = self.engine
         record = self._record_for(http, received)
@@ -347,11 +347,7 @@ class VLLMEndpoints:
                 return self._error(record, VLLMError(NO_SCRIPT_MESSAGE))
             return self._answer(call, record, step, max_new, conversation, received)
         except _Disconnected:
-            record.status = DISCONNECTED_STATUS
-            record.disconnected = True
-            engine._tracker.finish(conversation, call.prompt, call.prompt)
-            engine._record(record)
-            return RawResponse(b"")
+            return engine._disconnected(record, conversation, call.prompt)
         finally:
             engine._flights.discard(flight)
             if conversation is not None:
