@@ -26,6 +26,14 @@ def qwen3() -> PreTrainedTokenizerBase:
     return build_qwen3_tokenizer()
 
 
+@pytest.fixture(scope="session")
+def real_template() -> Callable[[str], str]:
+    """Reads a real Hugging Face chat template by file name (fetched once from the llama-cpp-python sdist)."""
+    from strands_tito.chat_templates import real_chat_template
+
+    return real_chat_template
+
+
 @pytest.fixture
 def start_engine(qwen3: PreTrainedTokenizerBase) -> Iterator[Callable[..., LocalEngine]]:
     """Start local engines on 127.0.0.1 (random ports); all are stopped at the end of the test."""
