@@ -237,22 +237,18 @@ class PromptEncoder:
 
     def _probe(self) -> None:
         """Follow one tool round and one new user turn the way an episode would, or fail naming the behaviour."""
-        call = {"toolUse": {"toolUseId": "call_0", "name": _PROBE_TOOL, "input": {"a": 1}}}
-        assistant: Message = {"role": "assistant", "content": [{"text": "x"}, call]}  # type: ignore[list-item]
-        result: Message = {
-            "role": "user",
-            "content": [
-                {"toolResult": {"toolUseId": "call_0", "status": "success", "content": [{"text": _PROBE_RESULT}]}}
-            ],
-        }
+        call: Any = {"toolUse": {"toolUseId": "call_0", "name": _PROBE_TOOL, "input": {"a": 1}}}
+        calling: Message = {"role": "assistant", "content": [{"text": "x"}, call]}
+        answering: Message = {"role": "assistant", "content": [{"text": "x"}]}
+        result: Any = {"toolResult": {"toolUseId": "call_0", "status": "success", "content": [{"text": _PROBE_RESULT}]}}
+        results: Message = {"role": "user", "content": [result]}
+        question: Message = {"role": "user", "content": [{"text": _PROBE_USER}]}
         stop = self.encode(self.end_tokens[0])
-        for new, expected, behaviour in (
-            ([result], _PROBE_RESULT, "a tool result after an assistant tool call"),
-            ([{"role": "user", "content": [{"text": _PROBE_USER}]}], _PROBE_USER, "a user message after an answer"),
+        for previous, new, expected, behaviour in (
+            (calling, results, _PROBE_RESULT, "a tool result after an assistant tool call"),
+            (answering, question, _PROBE_USER, "a user message after an answer"),
         ):
-            plain: Message = {"role": "assistant", "content": [{"text": "x"}]}
-            previous = assistant if new[0]["content"][0].get("toolResult") else plain
-            ids = self.continuation(new, previous, stop, behaviour=behaviour)
+            ids = self.continuation([new], previous, stop, behaviour=behaviour)
             if expected not in str(self.tokenizer.decode(ids, skip_special_tokens=False)):
                 raise PromptError(f"the chat template does not render {behaviour} in the text after the stop token")
 
