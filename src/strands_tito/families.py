@@ -63,7 +63,8 @@ class Family:
             (gpt-oss re-renders a final ``<|return|>`` as ``<|end|>``).
         special_tokens: The family's special tokens, added to the Qwen3 vocabulary for the stand-in tokenizer.
         bos_token: Beginning-of-sequence token the template renders (``bos_token`` variable), if any.
-        thinking: The template takes ``enable_thinking`` (or always reasons).
+        thinking: The template takes ``enable_thinking``.
+        always_thinks: The model always reasons (its generation prompt opens the think block).
         differences: Known, documented places where the token-in/token-out prompt differs from a re-render.
     """
 
@@ -75,9 +76,14 @@ class Family:
     special_tokens: tuple[str, ...] = ()
     bos_token: str | None = None
     thinking: bool = False
+    always_thinks: bool = False
     differences: tuple[str, ...] = field(default_factory=tuple)
 
 
+_EMPTY_THINK = (
+    "enable_thinking=False: the generation prompt's empty think block stays in the trajectory as the model saw it; "
+    "a re-render writes earlier assistant turns without it"
+)
 _DROPS_REASONING = (
     "reasoning of turns before the last user query is dropped on re-render; token-in/token-out keeps it as "
     "generated, so after a second user turn the prompt keeps the earlier reasoning a re-render would drop"
@@ -86,8 +92,17 @@ _DROPS_REASONING = (
 FAMILIES: Final[dict[str, Family]] = {
     f.name: f
     for f in (
-        Family("qwen3", "Qwen-Qwen3-0.6B", "hermes", _QWEN_STOPS, thinking=True, differences=(_DROPS_REASONING,)),
-        Family("qwq", "Qwen-QwQ-32B", "hermes", _QWEN_STOPS, thinking=True, differences=(_DROPS_REASONING,)),
+        Family(
+            "qwen3", "Qwen-Qwen3-0.6B", "hermes", _QWEN_STOPS, thinking=True,
+            differences=(_DROPS_REASONING, _EMPTY_THINK),
+        ),
+        Family(
+            "qwq", "Qwen-QwQ-32B", "hermes", _QWEN_STOPS, always_thinks=True,
+            differences=(
+                "the template drops the reasoning of every earlier assistant turn, even within a user turn; "
+                "token-in/token-out keeps it as generated",
+            ),
+        ),
         Family("qwen2.5", "Qwen-Qwen2.5-7B-Instruct", "hermes", _QWEN_STOPS),
         Family("qwen3-coder", "Qwen3-Coder", "qwen_xml", _QWEN_STOPS),
         Family("qwen3.5", "Qwen3.5-4B", "qwen_xml", _QWEN_STOPS, thinking=True, differences=(_DROPS_REASONING,)),

@@ -43,6 +43,7 @@ from .client import (
     SGLangThrottledError,
 )
 from .prompt import PromptEncoder
+from .reasoning import split_reasoning
 from .tool_parsers import HermesToolParser, ToolCall, ToolParser
 from .trajectory import FinishReason, Trajectory, TrajectoryError
 
@@ -403,7 +404,9 @@ class TokenModel(Model):
         except TrajectoryError as e:
             raise self.response_error(f"{reply.source} reply cannot be recorded: {e}") from e
         state.cursor = len(messages) + 1
-        state.last_output_text = text
+        parser = self.tool_parser
+        reasoning, answer = split_reasoning(text, parser.think_start, parser.think_end)
+        state.last_output_text = answer
 
         calls = self.tool_parser.parse(text, tool_specs) if tool_specs else []
         record_turn(
@@ -413,9 +416,15 @@ class TokenModel(Model):
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
             routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
         )
-        if text:
+        if reasoning:
+            # Reasoning reaches Strands as reasoning content, so the agent's answer text excludes it; the trajectory
+            # keeps the generated tokens as they are.
             yield {"contentBlockStart": {"start": {}}}
-            yield {"contentBlockDelta": {"delta": {"text": text}}}
+            yield {"contentBlockDelta": {"delta": {"reasoningContent": {"text": reasoning}}}}
+            yield {"contentBlockStop": {}}
+        if answer:
+            yield {"contentBlockStart": {"start": {}}}
+            yield {"contentBlockDelta": {"delta": {"text": answer}}}
             yield {"contentBlockStop": {}}
         for call in calls:
             for event in self._tool_use_events(state, call):
