@@ -44,7 +44,7 @@ from .client import (
 )
 from .prompt import PromptEncoder
 from .reasoning import split_reasoning
-from .tool_parsers import HermesToolParser, ToolCall, ToolParser
+from .tool_parsers import ToolCall, ToolParser, get_tool_parser, warn_foreign_markup
 from .trajectory import FinishReason, Trajectory, TrajectoryError
 
 __all__ = [
@@ -193,13 +193,15 @@ class TokenModel(Model):
         *,
         tokenizer: PreTrainedTokenizerBase,
         client: SGLangClient,
-        tool_parser: ToolParser | None,
+        tool_parser: ToolParser | str | None,
         defaults: dict[str, Any],
         config: dict[str, Any],
     ) -> None:
         self.client = client
         self.tokenizer = tokenizer
-        self.tool_parser = tool_parser or HermesToolParser()
+        # None or "auto": the parser the tokenizer's chat template and special tokens call for (or a clear error).
+        parser = tool_parser if tool_parser is not None else "auto"
+        self.tool_parser = get_tool_parser(parser, tokenizer=tokenizer) if isinstance(parser, str) else parser
         self.config = dict(defaults)
         self.update_config(**config)
         self._epoch = 0
@@ -409,6 +411,7 @@ class TokenModel(Model):
         state.last_output_text = answer
 
         calls = self.tool_parser.parse(text, tool_specs) if tool_specs else []
+        warn_foreign_markup(self.tool_parser, text)
         record_turn(
             trajectory,
             turn,
