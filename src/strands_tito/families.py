@@ -145,7 +145,7 @@ FAMILIES: Final[dict[str, Family]] = {
             special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>",
         ),
         Family(
-            "minimax-m2", "MiniMax-M2", "minimax_m2", ("[e~[",), special_tokens=_MINIMAX_TOKENS, thinking=True,
+            "minimax-m2", "MiniMax-M2", "minimax_m2", ("[e~[",), special_tokens=_MINIMAX_TOKENS, always_thinks=True,
             differences=(_DROPS_REASONING,),
         ),
     )
