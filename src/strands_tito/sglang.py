@@ -86,7 +86,8 @@ class SGLangModel(TokenModel):
         tokenizer: The policy's Hugging Face tokenizer, with its chat template.
         client: An :class:`SGLangClient`; shared clients pool connections across models.
         base_url: Server URL, used to create a client when ``client`` is not given.
-        tool_parser: How tool calls are read from output text (default :class:`HermesToolParser`).
+        tool_parser: How tool calls are read from output text: a parser, a registry name, or ``"auto"`` (the
+            default: chosen from the tokenizer's chat template, see ``strands_tito.tool_parsers``).
         **config: :class:`SGLangConfig` keys.
     """
 
@@ -103,7 +104,7 @@ class SGLangModel(TokenModel):
         tokenizer: PreTrainedTokenizerBase,
         client: SGLangClient | None = None,
         base_url: str | None = None,
-        tool_parser: ToolParser | None = None,
+        tool_parser: ToolParser | str | None = None,
         **config: Any,
     ) -> None:
         if client is None:

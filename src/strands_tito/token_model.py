@@ -44,7 +44,8 @@ from .client import (
     SGLangThrottledError,
 )
 from .prompt import PromptEncoder
-from .tool_parsers import HermesToolParser, ToolCall, ToolParser
+from .reasoning import split_reasoning
+from .tool_parsers import ToolCall, ToolParser, get_tool_parser, warn_foreign_markup
 from .trajectory import FinishReason, Trajectory, TrajectoryError
 
 __all__ = [
@@ -196,13 +197,15 @@ class TokenModel(Model):
         *,
         tokenizer: PreTrainedTokenizerBase,
         client: SGLangClient,
-        tool_parser: ToolParser | None,
+        tool_parser: ToolParser | str | None,
         defaults: dict[str, Any],
         config: dict[str, Any],
     ) -> None:
         self.client = client
         self.tokenizer = tokenizer
-        self.tool_parser = tool_parser or HermesToolParser()
+        # None or "auto": the parser the tokenizer's chat template and special tokens call for (or a clear error).
+        parser = tool_parser if tool_parser is not None else "auto"
+        self.tool_parser = get_tool_parser(parser, tokenizer=tokenizer) if isinstance(parser, str) else parser
         self.config = dict(defaults)
         self.update_config(**config)
         self._epoch = 0
@@ -418,9 +421,12 @@ class TokenModel(Model):
         except TrajectoryError as e:
             raise self.response_error(f"{reply.source} reply cannot be recorded: {e}") from e
         state.cursor = len(messages) + 1
-        state.last_output_text = text
+        parser = self.tool_parser
+        reasoning, answer = split_reasoning(text, parser.think_start, parser.think_end)
+        state.last_output_text = answer
 
         calls = self.tool_parser.parse(text, tool_specs) if tool_specs else []
+        warn_foreign_markup(self.tool_parser, text)
         record_turn(
             trajectory,
             turn,
@@ -428,9 +434,15 @@ class TokenModel(Model):
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
             routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
         )
-        if text:
+        if reasoning:
+            # Reasoning reaches Strands as reasoning content, so the agent's answer text excludes it; the trajectory
+            # keeps the generated tokens as they are.
             yield {"contentBlockStart": {"start": {}}}
-            yield {"contentBlockDelta": {"delta": {"text": text}}}
+            yield {"contentBlockDelta": {"delta": {"reasoningContent": {"text": reasoning}}}}
+            yield {"contentBlockStop": {}}
+        if answer:
+            yield {"contentBlockStart": {"start": {}}}
+            yield {"contentBlockDelta": {"delta": {"text": answer}}}
             yield {"contentBlockStop": {}}
         for call in calls:
             for event in self._tool_use_events(state, call):

@@ -174,7 +174,8 @@ class VLLMModel(TokenModel):
         tokenizer: The policy's Hugging Face tokenizer, with its chat template (the one vLLM serves).
         base_url: Server URL (``http://host:8000``), used to create a client when ``client`` is not given.
         model_id: The served model name (see :class:`VLLMConfig`).
-        tool_parser: How tool calls are read from output text (default :class:`HermesToolParser`).
+        tool_parser: How tool calls are read from output text: a parser, a registry name, or ``"auto"`` (the
+            default: chosen from the tokenizer's chat template, see ``strands_tito.tool_parsers``).
         sampling_params: vLLM sampling parameters.
         client: A :class:`VLLMClient`; shared clients pool connections across models.
         **config: Other :class:`VLLMConfig` keys.
@@ -196,7 +197,7 @@ class VLLMModel(TokenModel):
         tokenizer: PreTrainedTokenizerBase,
         base_url: str | None = None,
         model_id: str | None = None,
-        tool_parser: ToolParser | None = None,
+        tool_parser: ToolParser | str | None = None,
         sampling_params: dict[str, Any] | None = None,
         client: VLLMClient | None = None,
         **config: Any,
