@@ -14,6 +14,7 @@ crash, whose position was not yet written, is sent again); the collector drops i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -311,6 +312,8 @@ class Spool:
                 for path in self.dir.iterdir():
                     path.unlink(missing_ok=True)
                 self.dir.rmdir()
+                with contextlib.suppress(OSError):  # the key's directory too, unless another process uses it
+                    self.parent.rmdir()
             self._lock_file.close()
 
 
