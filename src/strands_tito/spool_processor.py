@@ -119,6 +119,7 @@ class SpoolingSpanProcessor(SpanProcessor):
         self._flushes = 0
         self._stopped = False
         self._spill_lock = threading.Lock()
+        self._forked = False
         self.dropped = 0
         self.spilled = 0
         self.exported = 0
@@ -144,7 +145,7 @@ class SpoolingSpanProcessor(SpanProcessor):
         small = attributes.get(schema.KIND) in ("end", "reward")
         with self._cond:
             held = self._queued_bytes + self.spool.pending_bytes
-            if held + size > self.max_bytes + (RESERVE_BYTES if small else 0):
+            if self._forked or held + size > self.max_bytes + (RESERVE_BYTES if small else 0):
                 self._drop(span, attributes, held)
                 return
             if self._stopped:  # after shutdown: straight to disk, for the next process
@@ -332,7 +333,8 @@ class SpoolingSpanProcessor(SpanProcessor):
         self._queue.clear()
         self._queued_bytes = 0
         self._inflight = None
-        self._stopped = True  # a forked child exports nothing through this instance
+        self._stopped = True  # a forked child exports nothing through this instance ...
+        self._forked = True  # ... and must not write into the parent's spool files: its spans count as dropped
 
 
 class OtlpCaptureProcessor(SpanProcessor):
