@@ -1,7 +1,7 @@
 """Choosing a parser from a tokenizer (``tool_parser="auto"``), and warning about another format's markup.
 
 Detection reads the tokenizer's chat template first: each format has marks that only its family's templates write
-(checked against the real templates of every family listed in ``docs``/``model-families.md``). When the template
+(checked against the real templates of each family, ``strands_tito.chat_templates``). When the template
 says nothing (no template, or one without tool support), the tokenizer's added special tokens decide. When neither
 names exactly one parser, :class:`ToolParserDetectionError` lists the parsers so the caller can pick one.
 """
