@@ -268,10 +268,41 @@ def end_trajectory(trajectory: Trajectory | CallSequence, reason: str) -> None:
     _tracer.start_span(schema.SPAN_END, context=Context(), attributes=attributes).end()
 
 
-def end_when_collected(owner: object, trajectory: Trajectory | CallSequence) -> None:
-    """End ``trajectory`` when ``owner`` (the per-agent state holding it) is garbage-collected."""
-    finalizer = weakref.finalize(owner, end_trajectory, trajectory, "released")
-    finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
+class AgentState(dict[str, Any]):
+    """The one per-agent capture state: one agent's trajectory, kept in the ``model_state`` Strands holds per agent.
+
+    Every strands-tito provider (and the stock-OpenAI capture) stores a subclass of it there; capture finds an agent's
+    trajectory by this type, without knowing the providers. Strands deep-copies ``model_state`` around every model
+    call; this object hands out itself instead, so the trajectory is neither copied (O(length) per turn) nor lost. As
+    a dict it serializes to ``{}`` with a session manager; a restored session then starts a new trajectory. The
+    trajectory gets its end signal ("released") when the state is garbage-collected.
+    """
+
+    def __init__(self, trajectory: Trajectory | CallSequence) -> None:
+        super().__init__()
+        self.trajectory = trajectory
+        finalizer = weakref.finalize(self, end_trajectory, trajectory, "released")
+        finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AgentState:
+        return self
+
+    def __copy__(self) -> AgentState:
+        return self
+
+    # Identity, not dict contents: two agents' states are never "equal".
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return id(self)
+
+
+def state_of(agent: Any) -> AgentState | None:
+    """The capture state a strands-tito model keeps for ``agent`` (None before the agent's first model call)."""
+    model_state = getattr(agent, "_model_state", None)
+    found = [v for v in model_state.values() if isinstance(v, AgentState)] if isinstance(model_state, dict) else []
+    return found[0] if found else None
 
 
 def record_reward(
@@ -287,14 +318,8 @@ def record_reward(
         name: A label for the reward.
     """
     if trajectory is None and agent is not None:
-        from .sglang import STATE_KEY
-
-        state = getattr(agent, "_model_state", {}).get(STATE_KEY)
-        trajectory = getattr(state, "trajectory", None)
-        if trajectory is None:  # an agent on a stock OpenAI-compatible model
-            from .openai_capture import call_log_of
-
-            trajectory = call_log_of(agent)
+        state = state_of(agent)
+        trajectory = state.trajectory if state is not None else None
     trajectory = trajectory or _last_active
     if trajectory is None:
         raise ValueError("record_reward: no trajectory to attach the reward to (pass agent= or trajectory=)")

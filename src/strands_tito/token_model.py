@@ -35,7 +35,7 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-from .capture import end_trajectory, end_when_collected, record_turn
+from .capture import AgentState, end_trajectory, record_turn
 from .client import (
     SGLangCancelledError,
     SGLangClient,
@@ -89,36 +89,18 @@ class HistoryRewrittenError(SGLangClientError):
     """
 
 
-class _AgentState(dict[str, Any]):
-    """Per-agent trajectory state, stored in the ``model_state`` Strands keeps for each agent.
+class _AgentState(AgentState):
+    """Per-agent trajectory state of a token-in/token-out model (see :class:`~strands_tito.capture.AgentState`)."""
 
-    Strands deep-copies ``model_state`` around every model call; this object hands out itself instead, so the
-    trajectory is neither copied (that would cost O(length) per turn) nor lost. As a dict it serializes to ``{}``
-    with a session manager; a restored session then starts a new trajectory.
-    """
+    trajectory: Trajectory
 
     def __init__(self, epoch: int) -> None:
-        super().__init__()
+        super().__init__(Trajectory())
         self.epoch = epoch
         self.order = next(_STATE_ORDER)
-        self.trajectory = Trajectory()
         self.cursor = 0
         self.last_output_text: str | None = None
         self.tool_parse_errors: dict[str, int] = {}
-        end_when_collected(self, self.trajectory)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _AgentState:
-        return self
-
-    # Identity, not dict contents: two agents' states are never "equal".
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return id(self)
-
-    def __copy__(self) -> _AgentState:
-        return self
 
 
 @dataclass(frozen=True)
