@@ -22,8 +22,8 @@ import grpc
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from strands_tito.engine.http import Connection, HttpServer, Request, Response, json_response, text_response
 from strands_tito.exporters import TrajectoryExporter, make_exporter
+from strands_tito.http_server import Connection, HttpServer, Request, Response, json_response, text_response
 from strands_tito.otlp import OTLPDecodeError, parse_request
 
 from .ingest import Ingestor, IngestResult, PayloadTooLarge, decompress
