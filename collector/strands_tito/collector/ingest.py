@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +20,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from strands_tito import spans as schema
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord, quarantined
-from strands_tito.otlp import OTLPDecodeError, attributes_of
+from strands_tito.otlp import attributes_of
 
 from .store import Store, StoredSpan
 
@@ -50,29 +49,6 @@ class IngestResult:
     def rejected(self) -> int:
         """Spans refused (invalid or conflicting)."""
         return len(self.errors)
-
-
-def decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """Undo ``Content-Encoding`` without ever holding more than ``limit`` bytes (a gzip bomb stops early)."""
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        data = body
-    elif encoding in ("gzip", "deflate"):
-        wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
-        inflater = zlib.decompressobj(wbits)
-        try:
-            data = inflater.decompress(body, limit + 1)
-        except zlib.error as e:
-            raise OTLPDecodeError(f"body is not valid {encoding}: {e}") from e
-        if len(data) > limit or inflater.unconsumed_tail:
-            raise PayloadTooLarge(f"decompressed body exceeds {limit} bytes")
-        if not inflater.eof:
-            raise OTLPDecodeError(f"{encoding} body is truncated")
-    else:
-        raise OTLPDecodeError(f"unsupported Content-Encoding {encoding!r} (use gzip, deflate or none)")
-    if len(data) > limit:
-        raise PayloadTooLarge(f"body exceeds {limit} bytes")
-    return data
 
 
 class Ingestor:

@@ -287,6 +287,14 @@ class Store:
             ).fetchone()
         return row is not None
 
+    def queued_any(self, exporter: str) -> bool:
+        """Whether finished trajectories wait for this exporter outside any batch."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM outbox WHERE exporter = ? AND batch_id IS NULL LIMIT 1", (exporter,)
+            ).fetchone()
+        return row is not None
+
     def counts(self) -> dict[str, int]:
         """Rows per table, for metrics."""
         with self._lock:
