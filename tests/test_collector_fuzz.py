@@ -35,22 +35,25 @@ KEYS = [v for k, v in vars(schema).items() if isinstance(v, str) and v.startswit
 SEED = random_trajectory(random.Random(5150), turns=3)
 
 scalars = st.one_of(
-    st.none(),
     st.booleans(),
     st.integers(min_value=-(2**63), max_value=2**63 - 1),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=40),
     st.binary(max_size=64),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=6), max_leaves=20)
+values = st.one_of(st.none(), st.recursive(scalars, lambda inner: st.lists(inner, max_size=6), max_leaves=20))
+# Built once (they use the random module, which strategies must not); each example draws its own span ids.
+SPANS: list[Span] = [*turn_spans(SEED), *all_spans(SEED, reward=1.0)[-2:]]
+UNRELATED = make_span("other", {"a": 1})
 
 
 @st.composite
 def bodies(draw: st.DrawFn) -> bytes:
     """A real span of the seed trajectory (or an end/reward/call span) with some attributes bent, maybe corrupted."""
-    spans: list[Span] = [*turn_spans(SEED), *all_spans(SEED, reward=1.0)[-2:]]
     span = Span()
-    span.CopyFrom(draw(st.sampled_from(spans)))
+    span.CopyFrom(draw(st.sampled_from(SPANS)))
+    span.trace_id = draw(st.binary(min_size=16, max_size=16))
+    span.span_id = draw(st.binary(min_size=8, max_size=8))
     changes = draw(st.dictionaries(st.sampled_from(KEYS), values, max_size=4))
     attributes = {kv.key: kv for kv in span.attributes}
     for key, value in changes.items():
@@ -60,7 +63,7 @@ def bodies(draw: st.DrawFn) -> bytes:
             attributes[key] = KeyValue(key=key, value=any_value(value))
     del span.attributes[:]
     span.attributes.extend(attributes.values())
-    body = make_request([span, make_span("other", {"a": 1})]).SerializeToString()
+    body = make_request([span, UNRELATED]).SerializeToString()
     if draw(st.booleans()):  # flip or cut bytes of the encoded request
         data = bytearray(body)
         for _ in range(draw(st.integers(1, 4))):
