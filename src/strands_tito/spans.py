@@ -115,7 +115,7 @@ def _ids_array(value: Any, what: str) -> Any:
         raise SpanSchemaError(f"{what}: expected packed int32 bytes or an int array, got {type(value).__name__}")
     if ids.size and ids.min() < 0:
         raise SpanSchemaError(f"{what}: negative token id")
-    if ids.size and ids.max() > MAX_INDEX:
+    if ids.dtype != np.dtype("<i4") and ids.size and ids.max() > MAX_INDEX:  # packed int32 cannot exceed it
         raise SpanSchemaError(f"{what}: token id beyond int32")
     return ids
 
@@ -444,7 +444,11 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
     if kind == "call":
         return _decode_call(attributes, trajectory_id, unpack)
     if kind != "turn":
-        raise SpanSchemaError(f"unknown {KIND} {kind!r}")
+        raise SpanSchemaError(f"unknown {KIND} {kind[:64]!r}")
+    return _decode_turn(attributes, trajectory_id, unpack)
+
+
+def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool) -> TurnSpan | SpanRef:
     prompt_ids = _ids_array(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
     output_ids = _ids_array(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
     prompt_logprobs = _logprobs_array(_get(attributes, PROMPT_LOGPROBS, (bytes, list, tuple)), PROMPT_LOGPROBS)
