@@ -280,16 +280,20 @@ class TrajectoryAssembler:
             self._finished.popitem(last=False)
         turns: Mapping[int, TurnSpan | SpanRef] = pending.turns
         calls: Mapping[int, CallSpan | SpanRef] = pending.calls
-        if self._load is not None and any(isinstance(s, SpanRef) for s in (*turns.values(), *calls.values())):
-            turns, calls = self._load(tid)
-        record = build_record(
-            tid,
-            cast(Mapping[int, TurnSpan], turns),
-            pending.end,
-            pending.conflicts,
-            missing_end_reason,
-            calls=cast(Mapping[int, CallSpan], calls),
-        )
+        try:
+            if self._load is not None and any(isinstance(s, SpanRef) for s in (*turns.values(), *calls.values())):
+                turns, calls = self._load(tid)
+            record = build_record(
+                tid,
+                cast(Mapping[int, TurnSpan], turns),
+                pending.end,
+                pending.conflicts,
+                missing_end_reason,
+                calls=cast(Mapping[int, CallSpan], calls),
+            )
+        except Exception as e:  # a bug or bad data must cost this trajectory only, never the reader
+            logger.exception("trajectory_id=<%s> | could not be assembled; written as incomplete", tid)
+            record = quarantined(tid, e)
         record.rewards = [r.value for r in sorted(pending.rewards, key=lambda r: r.time_unix_nano)]
         record.trace_ids = pending.trace_ids
         record.resource = pending.resource
@@ -298,6 +302,12 @@ class TrajectoryAssembler:
         else:
             self.stats.incomplete += 1
         return record
+
+
+def quarantined(tid: str, error: BaseException) -> TrajectoryRecord:
+    """The record of a trajectory that could not be assembled: no tokens, incomplete, with the reason."""
+    reason = f"quarantined: could not be assembled: {type(error).__name__}: {error}"
+    return TrajectoryRecord(trajectory_id=tid, trajectory=Trajectory(trajectory_id=tid), complete=False, reason=reason)
 
 
 def build_record(
@@ -352,6 +362,8 @@ def build_record(
     extra = sorted(i for i in turns if i >= expected_turns)
     if extra:
         problems.append(f"turns {extra} come after the end signal's {expected_turns} turns")
+    if not trajectory.turns and not problems:
+        problems.append("no turns")  # an end signal alone is never a complete trajectory
     if end is None:
         problems.append(missing_end_reason or "no end signal")
     elif not problems and (end.length != len(trajectory) or end.crc32 != trajectory.crc32):
@@ -427,6 +439,8 @@ def build_call_record(
     extra = sorted(i for i in calls if i >= expected_calls)
     if extra:
         problems.append(f"calls {extra} come after the end signal's {expected_calls} calls")
+    if not ordered and not problems:
+        problems.append("no calls")
     length, crc32 = 0, 0
     for call in ordered:
         length += len(call.prompt_ids) + len(call.output_ids)
