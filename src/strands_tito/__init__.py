@@ -17,7 +17,15 @@ from .client import (
     SGLangHTTPError,
     SGLangThrottledError,
 )
-from .limiter import MaxToolCallsReachedError, MaxToolIterationsReachedError, ToolLimiter, ToolLimitReachedError
+from .limiter import (
+    LoopLimiter,
+    LoopLimitReachedError,
+    MaxMessagesReachedError,
+    MaxToolCallsReachedError,
+    MaxToolIterationsReachedError,
+    ToolLimiter,
+    ToolLimitReachedError,
+)
 from .prompt import PromptEncoder, PromptError
 from .sglang import (
     HistoryRewrittenError,
@@ -28,17 +36,21 @@ from .sglang import (
 )
 from .slime import get_client, get_client_from_slime_args, get_tokenizer
 from .tool_parsers import HermesToolParser, QwenXMLToolParser, ToolCall, ToolParser, get_tool_parser
-from .trajectory import Segment, Trajectory, TrajectoryError, Turn, decode_routed_experts
+from .trajectory import Rollout, Segment, Trajectory, TrajectoryError, Turn, decode_routed_experts
 from .vllm import VLLMAbortedError, VLLMClient, VLLMConfig, VLLMEndpointError, VLLMModel, VLLMResponseError
 
 __all__ = [
     "HermesToolParser",
     "HistoryRewrittenError",
+    "LoopLimitReachedError",
+    "LoopLimiter",
+    "MaxMessagesReachedError",
     "MaxToolCallsReachedError",
     "MaxToolIterationsReachedError",
     "PromptEncoder",
     "PromptError",
     "QwenXMLToolParser",
+    "Rollout",
     "SGLangAbortedError",
     "SGLangCancelledError",
     "SGLangClient",

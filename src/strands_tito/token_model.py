@@ -15,6 +15,7 @@ with vLLM's ``/inference/v1/generate`` or ``/v1/completions``.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import math
@@ -66,6 +67,8 @@ T = TypeVar("T", bound=BaseModel)
 STATE_KEY = "strands_tito"
 #: Name given to a malformed tool call, one no tool can have.
 INVALID_TOOL_NAME = "invalid_tool_call"
+#: Creation order of per-agent states (``rollout_history`` keeps finished trajectories in that order).
+_STATE_ORDER = itertools.count()
 
 
 class TokenResponseError(SGLangClientError):
@@ -97,6 +100,7 @@ class _AgentState(dict[str, Any]):
     def __init__(self, epoch: int) -> None:
         super().__init__()
         self.epoch = epoch
+        self.order = next(_STATE_ORDER)
         self.trajectory = Trajectory()
         self.cursor = 0
         self.last_output_text: str | None = None
@@ -210,6 +214,8 @@ class TokenModel(Model):
         self._malformed_calls: dict[str, str] = {}
         self._hooked_agents: weakref.WeakSet[Any] = weakref.WeakSet()
         self._states: weakref.WeakSet[_AgentState] = weakref.WeakSet({self._default_state})
+        #: Finished trajectories, appended by :meth:`reset` (strands-sglang 0.6's ``rollout_history``).
+        self.rollout_history: list[Trajectory] = []
 
     # -- to implement ----------------------------------------------------------------------------------------------
 
@@ -251,6 +257,11 @@ class TokenModel(Model):
         return self._last_state.trajectory
 
     @property
+    def rollout(self) -> Trajectory:
+        """Same as :attr:`token_manager` (strands-sglang 0.6's name; ``Rollout`` is :class:`Trajectory`)."""
+        return self._last_state.trajectory
+
+    @property
     def routed_experts(self) -> list[str]:
         """Per-turn base64 routed-expert slices of :attr:`token_manager`."""
         return self._last_state.trajectory.routed_experts
@@ -268,9 +279,13 @@ class TokenModel(Model):
     def reset(self) -> None:
         """Start a new episode: every agent's next call starts a new trajectory (earlier ones stay as they were).
 
+        The episode's non-empty trajectories are appended to :attr:`rollout_history` (in the order their agents
+        first called the model); it keeps every one until you clear it (``model.rollout_history.clear()``).
         Trajectories whose turns went out on spans get their end signal now.
         """
-        for state in list(self._states):
+        states = sorted(self._states, key=lambda s: s.order)
+        self.rollout_history.extend(s.trajectory for s in states if s.epoch == self._epoch and len(s.trajectory))
+        for state in states:
             end_trajectory(state.trajectory, "reset")
         self._epoch += 1
         self._default_state = _AgentState(self._epoch)

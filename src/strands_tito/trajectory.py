@@ -168,6 +168,14 @@ class Trajectory:
         """Per-turn base64 routed-expert slices, in order (turns without one are skipped)."""
         return [t.routed_experts for t in self.turns if t.routed_experts is not None]
 
+    @property
+    def image_data(self) -> list[str]:
+        """Images sent with the trajectory (strands-sglang 0.6's ``Rollout.image_data``).
+
+        Always empty for now: images are not supported yet, and a message with an image is refused.
+        """
+        return []
+
     def append_turn(
         self,
         prompt_ids: Sequence[int],
@@ -277,7 +285,7 @@ class Trajectory:
 
     def decode_routed_experts(self, num_layers: int, top_k: int) -> NDArray[np.int32]:
         """All turns' routing as one ``int32`` array of shape ``(len(self) - 1, num_layers, top_k)``."""
-        return decode_routed_experts(self.routed_experts, num_layers, top_k)
+        return decode_routed_experts(self.routed_experts, num_layers=num_layers, top_k=top_k)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form of the trajectory."""
@@ -300,10 +308,40 @@ def pack_int32(ids: Sequence[int]) -> bytes:
     return packed.tobytes()
 
 
-def decode_routed_experts(slices: Sequence[str], num_layers: int, top_k: int) -> NDArray[np.int32]:
-    """Join base64 little-endian int32 routing slices into an array of shape ``(-1, num_layers, top_k)``."""
+def decode_routed_experts(
+    routed_experts: str | Sequence[str],
+    seq_len: int | None = None,
+    num_layers: int | None = None,
+    top_k: int | None = None,
+) -> NDArray[np.int32]:
+    """Join base64 little-endian int32 routing into an array of shape ``(seq_len - 1, num_layers, top_k)``.
+
+    Args:
+        routed_experts: One base64 string, or per-turn slices in order (``model.routed_experts``).
+        seq_len: Tokens in the trajectory (routing covers every position but the last); None takes the row count
+            from the data.
+        num_layers: MoE layers.
+        top_k: Experts per token.
+
+    Raises:
+        ValueError: The data do not split into ``num_layers x top_k`` rows, or hold a different number of rows
+            than ``seq_len - 1``.
+    """
+    if num_layers is None or top_k is None:
+        raise TypeError("decode_routed_experts needs num_layers= and top_k=")
+    slices = [routed_experts] if isinstance(routed_experts, str) else list(routed_experts)
     buffer = b"".join(base64.b64decode(s) for s in slices)
     row = 4 * num_layers * top_k
     if len(buffer) % row:
         raise ValueError(f"{len(buffer)} bytes of routing do not split into rows of {num_layers}x{top_k} int32")
-    return np.frombuffer(buffer, dtype="<i4").astype(np.int32).reshape(-1, num_layers, top_k)
+    rows = len(buffer) // row
+    if seq_len is not None and rows != max(seq_len - 1, 0):
+        raise ValueError(
+            f"routing holds {rows} rows of {num_layers}x{top_k}, but seq_len={seq_len} needs {max(seq_len - 1, 0)} "
+            "(one per position but the last): seq_len, num_layers or top_k does not match the data"
+        )
+    return np.frombuffer(buffer, dtype="<i4").astype(np.int32).reshape(rows, num_layers, top_k)
+
+
+#: strands-sglang 0.6's name for the trajectory type: the same class.
+Rollout = Trajectory
