@@ -29,6 +29,7 @@ from .limiter import (
 from .prompt import PromptEncoder, PromptError
 from .sglang import (
     HistoryRewrittenError,
+    ImagesNotSupportedError,
     SGLangAbortedError,
     SGLangConfig,
     SGLangModel,
@@ -42,6 +43,7 @@ from .vllm import VLLMAbortedError, VLLMClient, VLLMConfig, VLLMEndpointError, V
 __all__ = [
     "HermesToolParser",
     "HistoryRewrittenError",
+    "ImagesNotSupportedError",
     "LoopLimitReachedError",
     "LoopLimiter",
     "MaxMessagesReachedError",

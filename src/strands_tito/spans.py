@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .span_images import ImageSchemaError, SpanImage, decode_images
 from .trajectory import pack_int32
 
 SCHEMA_VERSION = 1
@@ -40,6 +41,7 @@ WEIGHT_VERSION = PREFIX + "weight_version"
 MODEL_ID = PREFIX + "model_id"
 TOOL_PARSE_ERRORS = PREFIX + "tool_parse_errors"
 ROUTED_EXPERTS = PREFIX + "routed_experts"
+IMAGES = PREFIX + "images"  # bytes: manifest + image bytes (span_images.py)
 REWARD_VALUE = PREFIX + "reward.value"
 REWARD_NAME = PREFIX + "reward.name"
 END_REASON = PREFIX + "end.reason"
@@ -152,6 +154,9 @@ class TurnSpan:
     model_id: str | None = None
     tool_parse_errors: list[dict[str, str]] = field(default_factory=list)
     routed_experts: bytes | None = None
+    images: list[SpanImage] = field(default_factory=list)
+    """The images this turn's prompt tokens added, in prompt order (``tito.images``)."""
+    image_token_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -232,8 +237,9 @@ def turn_attributes(
     model_id: str | None = None,
     tool_parse_errors: Sequence[Mapping[str, str]] = (),
     routed_experts: bytes | None = None,
+    images: bytes | None = None,
 ) -> dict[str, Any]:
-    """The attributes that put one turn on its ``chat`` span."""
+    """The attributes that put one turn on its ``chat`` span (``images``: from ``span_images.encode_images``)."""
     attributes: dict[str, Any] = {
         SCHEMA: SCHEMA_VERSION,
         KIND: "turn",
@@ -261,6 +267,8 @@ def turn_attributes(
         attributes[TOOL_PARSE_ERRORS] = json.dumps(list(tool_parse_errors)).encode()
     if routed_experts is not None:
         attributes[ROUTED_EXPERTS] = routed_experts
+    if images is not None:
+        attributes[IMAGES] = images
     return attributes
 
 
@@ -395,6 +403,15 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
     routed = attributes.get(ROUTED_EXPERTS)
     if routed is not None and not isinstance(routed, bytes):
         raise SpanSchemaError(f"{ROUTED_EXPERTS} must be bytes")
+    images: list[SpanImage] = []
+    image_token_id = None
+    if IMAGES in attributes:
+        try:
+            images, image_token_id = decode_images(attributes[IMAGES])
+        except ImageSchemaError as e:
+            raise SpanSchemaError(str(e)) from None
+        if image_token_id is not None and int((prompt_ids == image_token_id).sum()) != len(images):
+            raise SpanSchemaError(f"{IMAGES}: the prompt tokens hold a placeholder count other than {len(images)}")
     index = _get(attributes, TURN_INDEX, int)
     prefix_length = _get(attributes, PREFIX_LENGTH, int)
     if index < 0 or prefix_length < 0:
@@ -419,6 +436,8 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
         model_id=_opt_str(attributes.get(MODEL_ID)),
         tool_parse_errors=errors,
         routed_experts=routed,
+        images=images,
+        image_token_id=image_token_id,
     )
 
 
