@@ -317,7 +317,7 @@ def build_record(
     if calls or (end is not None and end.unit == "calls"):
         return build_call_record(tid, calls or {}, end, conflicts, missing_end_reason, turns=turns)
     trajectory = Trajectory(trajectory_id=tid)
-    problems = list(conflicts)
+    problems = list(conflicts) + dropped_by_capture(end)
     model_id = None
     errors: list[dict[str, str]] = []
     expected_turns = end.turns if end is not None else (max(turns) + 1 if turns else 0)
@@ -379,6 +379,15 @@ def build_record(
     )
 
 
+def dropped_by_capture(end: EndSpan | None) -> list[str]:
+    """What the end signal says the agent's capture dropped (its spool past the hard limit), as a problem."""
+    if end is None or not end.dropped:
+        return []
+    what = "calls" if end.unit == "calls" else "turns"
+    indices = f" ({what} {list(end.dropped_indices)})" if end.dropped_indices else ""
+    return [f"the agent's capture dropped {end.dropped} span(s){indices}: its spool was past its hard limit"]
+
+
 def _call_finish_reason(reason: str) -> FinishReason:
     """An OpenAI finish reason as a trajectory turn's: ``length`` and ``abort`` stay, everything else is a stop."""
     if reason == "length":
@@ -414,7 +423,7 @@ def build_call_record(
     prompt that does not extend the previous call (the server re-rendered the history differently) is reported in
     ``prefix_report``/``prefix_consistent`` and ends the merged ``trajectory`` there, but leaves the record complete.
     """
-    problems = list(conflicts)
+    problems = list(conflicts) + dropped_by_capture(end)
     if turns:
         problems.append(f"the trajectory holds both calls and turns {sorted(turns)}")
     expected_calls = end.turns if end is not None else (max(calls) + 1 if calls else 0)

@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,6 +63,9 @@ class CallSequence(Protocol):
 
 
 _open: dict[str, Trajectory | CallSequence] = {}  # trajectories with turns on spans and no end signal yet
+# Turn/call spans the OTLP spool had to drop past its hard limit, per trajectory: (count, indices). The end signal
+# carries them, so the collector's record says exactly what is missing.
+_dropped: dict[str, tuple[int, list[int]]] = {}
 _last_active: Trajectory | CallSequence | None = None
 _exit_hook_registered = False
 
@@ -250,12 +254,25 @@ def _put_on_span(span: Any, attributes: dict[str, Any], owner: Trajectory | Call
     _register_exit_hook()
 
 
+def note_dropped(trajectory_id: str, index: int | None) -> None:
+    """Count a span of ``trajectory_id`` (turn or call ``index``) capture could not keep; its end signal says so."""
+    with _lock:
+        count, indices = _dropped.get(trajectory_id, (0, []))
+        if index is not None:
+            indices.append(index)
+        _dropped[trajectory_id] = (count + 1, indices)
+
+
 def end_trajectory(trajectory: Trajectory | CallSequence, reason: str) -> None:
     """Emit the end signal of a trajectory whose turns (or calls) went out on spans (once; later calls do nothing)."""
     with _lock:
         if _open.pop(trajectory.trajectory_id, None) is None:
             return
+        dropped, dropped_indices = _dropped.pop(trajectory.trajectory_id, (0, []))
     unit: dict[str, Any] = {}
+    if dropped:
+        unit[schema.END_DROPPED] = dropped
+        unit[schema.END_DROPPED_INDICES] = sorted(dropped_indices)
     if isinstance(trajectory, Trajectory):
         turns, length, crc32 = len(trajectory.turns), len(trajectory), trajectory.crc32
     else:
@@ -328,9 +345,17 @@ def shutdown_capture(timeout: float | None = None) -> None:
     if flush is None:
         return
     limit = timeout if timeout is not None else float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
+    deadline = time.monotonic() + limit
+    # strands-tito's own processors first, so that a slow processor of the application's cannot use up the time
+    # (the SDK stops flushing at the first processor that fails). The OTLP spool waits for the acknowledgement and,
+    # past the deadline, keeps what is left on disk for the next process.
+    for processor in list(getattr(provider, "_strands_tito_processors", [])):
+        left = deadline - time.monotonic()
+        if left <= 0 or not processor.force_flush(int(left * 1000)):
+            logger.warning("timeout=<%s> | strands-tito spans still undelivered at exit stay in the spool", limit)
     # The SDK's BatchSpanProcessor ignores this timeout; each export is still bounded by the exporter's own
     # deadline (OTEL_EXPORTER_OTLP_TIMEOUT), and no thread can be started to bound it at interpreter exit.
-    if not flush(int(limit * 1000)):
+    if not flush(int(max(deadline - time.monotonic(), 0) * 1000)):
         logger.error("timeout=<%s> | spans were still being exported at exit; some may be lost", limit)
 
 

@@ -88,7 +88,6 @@ _DROPS_REASONING = (
     "reasoning of turns before the last user query is dropped on re-render; token-in/token-out keeps it as "
     "generated, so after a second user turn the prompt keeps the earlier reasoning a re-render would drop"
 )
-
 FAMILIES: Final[dict[str, Family]] = {
     f.name: f
     for f in (
@@ -114,11 +113,16 @@ FAMILIES: Final[dict[str, Family]] = {
             "glm-4.7", "GLM-4.7-Flash", "glm", ("<|user|>", "<|observation|>", "<|endoftext|>"),
             special_tokens=_GLM_TOKENS, thinking=True, differences=(_DROPS_REASONING,),
         ),
+        # The llama.cpp copies of Kimi-K2-Instruct/-Thinking change lists: rendered as in strands_tito.rendering.
         Family("kimi-k2", "Kimi-K2-Instruct", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
         Family("kimi-k2-0711", "moonshotai-Kimi-K2", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
         Family(
             "kimi-k2-thinking", "Kimi-K2-Thinking", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS,
-            thinking=True, differences=(_DROPS_REASONING,),
+            thinking=True,
+            differences=(
+                "once a final answer follows them, the template re-renders every earlier assistant turn, that final "
+                "answer included, with an empty <think></think>; token-in/token-out keeps the reasoning as generated",
+            ),
         ),
         Family(
             "deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1", "deepseek_v31", ("<｜end▁of▁sentence｜>",),
@@ -145,7 +149,7 @@ FAMILIES: Final[dict[str, Family]] = {
             special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>",
         ),
         Family(
-            "minimax-m2", "MiniMax-M2", "minimax_m2", ("[e~[",), special_tokens=_MINIMAX_TOKENS, thinking=True,
+            "minimax-m2", "MiniMax-M2", "minimax_m2", ("[e~[",), special_tokens=_MINIMAX_TOKENS, always_thinks=True,
             differences=(_DROPS_REASONING,),
         ),
     )

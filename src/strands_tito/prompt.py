@@ -21,13 +21,14 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from strands.types.content import Message, Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
 from .families import FAMILIES
+from .rendering import render_chat_template
 
 # The stand-in messages before the assistant message the new messages follow: templates that need a user query
 # before tool messages, or look at the previous message's role, then render the new messages as in a real
@@ -240,6 +241,7 @@ class PromptEncoder:
             raise PromptError("no end-of-turn token: the tokenizer has no eos token and the template closes none")
         self._end_ids = {i for i, text in self._added.items() if text in self.end_tokens}
         self.tools_in_template = self._lists_tools()
+        self.numbers_calls = False
         self._probe()
 
     # -- rendering -------------------------------------------------------------------------------------------------
@@ -247,17 +249,10 @@ class PromptEncoder:
     def render(
         self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool
     ) -> str:
-        """Render messages with the chat template to text."""
-        text = self.tokenizer.apply_chat_template(
-            messages,
-            tools=cast(Any, tools),
-            add_generation_prompt=add_generation_prompt,
-            tokenize=False,
-            **self.template_kwargs,
+        """Render messages with the chat template to text (list-changing templates too, see :mod:`.rendering`)."""
+        return render_chat_template(
+            self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt, **self.template_kwargs
         )
-        if not isinstance(text, str):
-            raise PromptError("apply_chat_template(tokenize=False) did not return text")
-        return text
 
     def encode(self, text: str) -> list[int]:
         """Encode text with no extra special tokens (the template already placed them)."""
@@ -319,6 +314,20 @@ class PromptEncoder:
             ids = self.continuation([new], previous, stop, behaviour=behaviour)
             if expected not in str(self.tokenizer.decode(ids, skip_special_tokens=False)):
                 raise PromptError(f"the chat template does not render {behaviour} in the text after the stop token")
+        # Templates that number the calls of the whole conversation themselves and write that number into the result
+        # header (the llama.cpp copies of Kimi-K2-Instruct/-Thinking: "## Return of functions.N:IDX") need the earlier
+        # calls in the stand-in tail; the others render the same without them.
+        first = self.continuation([results], calling, stop, behaviour="a tool result after an assistant tool call")
+        self.numbers_calls = True
+        later = self.continuation(
+            [results], calling, stop, earlier_calls=1, behaviour="a tool result after earlier tool calls"
+        )
+        # (Templates that drop the content of a message with calls, Llama-3.x, are found from the bare stand-in's end,
+        # so they never get the earlier calls; their result headers carry no numbers.)
+        self.numbers_calls = first != later and _MARK in self.render(
+            [*_STAND_IN, {"role": "assistant", "content": _MARK, "tool_calls": tool_calls_of(calling)}],
+            add_generation_prompt=False,
+        )
 
     # -- images ----------------------------------------------------------------------------------------------------
 
@@ -412,6 +421,7 @@ class PromptEncoder:
         previous: Message | None,
         context: Sequence[int],
         *,
+        earlier_calls: int = 0,
         behaviour: str = "the new messages",
         images: list[str] | None = None,
     ) -> list[int]:
@@ -421,6 +431,8 @@ class PromptEncoder:
             new_messages: Messages after the model's last assistant message.
             previous: That assistant message (its tool calls, with their ids, in the order the model wrote them).
             context: The trajectory so far; its last token says whether the model ended its turn itself.
+            earlier_calls: How many tool calls the conversation held before ``previous`` (for templates that number
+                calls themselves, see :attr:`numbers_calls`).
             behaviour: What is being rendered, for error messages.
             images: Collects the data URLs of the new messages' images in prompt order (each image is one
                 placeholder token in the ids); without it an image raises :class:`PromptError`.
@@ -435,6 +447,8 @@ class PromptEncoder:
         if calls:
             assistant["tool_calls"] = calls
         tail = [*_STAND_IN, assistant, *formatted]
+        if earlier_calls and self.numbers_calls:
+            tail = [_STAND_IN[0], *_earlier_calls(earlier_calls), *tail[1:]]
         try:
             text = self.render(tail, add_generation_prompt=True)
         except Exception as e:
@@ -470,3 +484,13 @@ class PromptEncoder:
         # The model stopped on another token (gpt-oss <|return|>, re-rendered <|end|>): keep the model's. Otherwise
         # its turn was cut short and the template's end of turn closes it.
         return after[position + len(token) :] if emitted is not None else after[position:]
+
+
+def _earlier_calls(count: int) -> list[dict[str, Any]]:
+    """A stand-in user query answered by ``count`` tool calls and their results."""
+    calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": {}}}
+        for i in range(count)
+    ]
+    results = [{"role": "tool", "tool_call_id": c["id"], "name": _PROBE_TOOL, "content": "R"} for c in calls]
+    return [{"role": "user", "content": "U"}, {"role": "assistant", "content": "", "tool_calls": calls}, *results]

@@ -51,6 +51,10 @@ END_CRC32 = PREFIX + "end.crc32"
 # Calls: one OpenAI-compatible chat completion of a stock provider, recorded whole (see ``call_attributes``).
 CALL_INDEX = PREFIX + "call.index"
 END_UNIT = PREFIX + "end.unit"  # "turns" (default when absent) | "calls"
+# Spans of the trajectory the agent's capture dropped past its spool's hard limit (absent: none), and their turn or
+# call indices; the assembler marks such a trajectory incomplete with exactly that reason.
+END_DROPPED = PREFIX + "end.dropped_spans"
+END_DROPPED_INDICES = PREFIX + "end.dropped_indices"
 
 # Most attributes one of our spans carries; start-up checks that the SDK's count limit leaves room for them plus
 # Strands' own (about 20 on a chat span).
@@ -200,6 +204,10 @@ class EndSpan:
     unit: str = "turns"
     """``turns``, or ``calls`` for a call trajectory: then ``turns`` counts calls, ``length`` is the sum of every
     call's prompt and output lengths and ``crc32`` the running CRC-32 over each call's prompt then output ids."""
+    dropped: int = 0
+    """Spans of this trajectory the agent's capture dropped (spool past its hard limit): the record is incomplete."""
+    dropped_indices: tuple[int, ...] = ()
+    """The turn (or call) indices of those spans."""
 
 
 @dataclass(frozen=True)
@@ -384,6 +392,8 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
             _get(attributes, END_LENGTH, int),
             _get(attributes, END_CRC32, int),
             str(attributes.get(END_UNIT, "turns")),
+            _dropped_count(attributes),
+            tuple(_dropped_indices(attributes)),
         )
     if kind == "call":
         return _decode_call(attributes, trajectory_id, unpack)
@@ -439,6 +449,20 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
         images=images,
         image_token_id=image_token_id,
     )
+
+
+def _dropped_count(attributes: Mapping[str, Any]) -> int:
+    value = attributes.get(END_DROPPED, 0)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise SpanSchemaError(f"{END_DROPPED} must be a non-negative int")
+    return value
+
+
+def _dropped_indices(attributes: Mapping[str, Any]) -> list[int]:
+    value = attributes.get(END_DROPPED_INDICES, [])
+    if not isinstance(value, list | tuple) or not all(type(v) is int and v >= 0 for v in value):
+        raise SpanSchemaError(f"{END_DROPPED_INDICES} must be an array of non-negative ints")
+    return sorted(value)
 
 
 def _opt_str(value: Any) -> str | None:

@@ -337,7 +337,12 @@ class TokenModel(Model):
                 f"({len(messages)} messages now); strands-tito needs an append-only history "
                 "(use NullConversationManager)"
             )
-        return self._prompts.continuation(messages[cursor:], previous, trajectory.token_ids, images=images)
+        earlier = sum(
+            1 for m in messages[: cursor - 1] if m["role"] == "assistant" for b in m["content"] if "toolUse" in b
+        )
+        return self._prompts.continuation(
+            messages[cursor:], previous, trajectory.token_ids, earlier_calls=earlier, images=images
+        )
 
     async def _context_limit(self) -> int | None:
         limit = self.config.get("context_window_limit")
