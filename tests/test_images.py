@@ -231,3 +231,17 @@ def test_reply_with_expanded_image_tokens_is_accepted() -> None:
     assert _parse_reply(reply, [1, 7, 2], 3, -1, True, False, expanded=True).output_ids == [5]
     with pytest.raises(Exception, match="server counted 40 prompt tokens"):
         _parse_reply(reply, [1, 7, 2], 3, -1, True, False)
+
+
+def test_parquet_has_an_image_data_column(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pq = pytest.importorskip("pyarrow.parquet")
+    from strands_tito.assembly import TrajectoryRecord
+    from strands_tito.exporters.parquet import ParquetExporter
+
+    trajectory = Trajectory()
+    trajectory.append_turn([1, 7, 2], [3], finish_reason="stop", image_data=[USER_URL], image_token_id=7)
+    record = TrajectoryRecord(trajectory.trajectory_id, trajectory, complete=True).to_dict()
+    exporter = ParquetExporter(tmp_path)
+    exporter.write([record], exporter.next_position())
+    table = pq.read_table(next(tmp_path.glob("part-*.parquet")))
+    assert table.column("image_data").to_pylist() == [[USER_URL]]
