@@ -245,3 +245,35 @@ def test_parquet_has_an_image_data_column(tmp_path) -> None:  # type: ignore[no-
     exporter.write([record], exporter.next_position())
     table = pq.read_table(next(tmp_path.glob("part-*.parquet")))
     assert table.column("image_data").to_pylist() == [[USER_URL]]
+
+
+async def test_collector_ingest_carries_images_and_rejects_bad_ones(  # type: ignore[no-untyped-def]
+    start_engine, qwen35, memory, tmp_path
+) -> None:
+    from strands_tito.collector.ingest import Ingestor
+    from strands_tito.collector.store import Store
+
+    from .otlp_helpers import make_request, make_span
+
+    _, model, _, _ = await run_episode(start_engine, qwen35)
+    original = model.token_manager
+    model.reset()
+    items = [
+        (s.name, dict(s.attributes or {}))
+        for s in memory.get_finished_spans()
+        if (s.attributes or {}).get(schema.TRAJECTORY_ID) == original.trajectory_id
+    ]
+    ingestor = Ingestor(Store(tmp_path / "store.db"), ["jsonl"])
+    # A turn whose image bytes were altered on the way is refused at ingest.
+    name, attributes = next((n, a) for n, a in items if schema.IMAGES in a and a[schema.TURN_INDEX] == 1)
+    images = attributes[schema.IMAGES]
+    tampered = {**attributes, schema.IMAGES: images[:-1] + bytes([images[-1] ^ 1])}
+    assert ingestor.ingest(make_request([make_span(name, tampered)])).rejected == 1
+    result = ingestor.ingest(make_request([make_span(n, a) for n, a in items]))
+    assert result.rejected == 0, result.errors
+    batch = ingestor.store.start_batch("jsonl", "p0", 10)
+    assert batch is not None
+    [record] = batch.records
+    assert record["complete"], record["reason"]
+    assert record["image_data"] == [USER_URL, TOOL_URL]
+    assert record["token_ids"] == original.token_ids
