@@ -107,11 +107,13 @@ FAMILIES: Final[dict[str, Family]] = {
         Family("qwen3.5", "Qwen3.5-4B", "qwen_xml", _QWEN_STOPS, thinking=True, differences=(_DROPS_REASONING,)),
         Family(
             "glm-4.6", "GLM-4.6", "glm", ("<|user|>", "<|observation|>", "<|endoftext|>"),
-            special_tokens=_GLM_TOKENS, thinking=True, differences=(_DROPS_REASONING,),
+            special_tokens=_GLM_TOKENS, thinking=True,
+            differences=(f"{_DROPS_REASONING} (the template writes their <think>R</think> as <think></think>)",),
         ),
         Family(
             "glm-4.7", "GLM-4.7-Flash", "glm", ("<|user|>", "<|observation|>", "<|endoftext|>"),
-            special_tokens=_GLM_TOKENS, thinking=True, differences=(_DROPS_REASONING,),
+            special_tokens=_GLM_TOKENS, thinking=True,
+            differences=(f"{_DROPS_REASONING} (the template writes their <think>R</think> as a bare </think>)",),
         ),
         # The llama.cpp copies of Kimi-K2-Instruct/-Thinking change lists: rendered as in strands_tito.rendering.
         Family("kimi-k2", "Kimi-K2-Instruct", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
@@ -129,7 +131,9 @@ FAMILIES: Final[dict[str, Family]] = {
             special_tokens=_DEEPSEEK_TOKENS, bos_token="<｜begin▁of▁sentence｜>", thinking=True,
             differences=(
                 "the template renders no tools list: tool schemas are put into the system prompt by the encoder",
-                _DROPS_REASONING,
+                "the template drops the reasoning of every earlier turn, even within the tool loop: <think>R</think> "
+                "is re-rendered as <think></think>; token-in/token-out keeps it as generated. After tool results the "
+                "generation prompt opens no think block (the model answers without reasoning)",
             ),
         ),
         Family(
