@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from jinja2.exceptions import SecurityError
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import get_tool_parser
 from strands_tito.engine import Reply, Script
 from strands_tito.families import FAMILIES, Family, family_tokenizer
-from strands_tito.prompt import PromptEncoder, PromptError, format_tool_specs, tools_system_text
+from strands_tito.prompt import PromptEncoder, format_tool_specs, tools_system_text
+from strands_tito.rendering import render_chat_template, render_mutable
 from strands_tito.tool_parsers import TOOL_PARSERS
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
@@ -29,8 +31,15 @@ from .tools import calculator
 SYSTEM = "You are a helpful assistant."
 USER_1 = "What is 25 * 17?"
 USER_2 = "Now compute 2 ** 10 and 3 * 3."
-#: Families whose real template the transformers sandbox cannot render (list.append): they fail at construction.
-UNRENDERABLE = {"kimi-k2", "kimi-k2-thinking"}
+
+
+#: Families that reason without a switch in the template (gpt-oss writes analysis messages).
+REASONS_ALWAYS = {"gpt-oss"}
+#: Families whose template drops the reasoning of earlier turns even within one user query's tool loop.
+DROPS_IN_LOOP = {"qwq", "deepseek-v3.1"}
+NO_THINK_AFTER_TOOLS = {"deepseek-v3.1"}
+#: Families whose template drops an empty think block (enable_thinking=False) within the tool loop.
+DROPS_EMPTY_IN_LOOP = {"qwen3"}
 
 
 @dataclass
@@ -48,11 +57,13 @@ def plan(spec: Family, thinking: bool) -> list[Turn]:
     second = ({"expression": "2 ** 10"}, {"expression": "3 * 3"}) if parallel else ({"expression": "2 ** 10"},)
     answer = "1024 and 9." if parallel else "1024."
     think = (lambda text: text) if thinking else (lambda text: "")
+    # DeepSeek-V3.1's generation prompt after tool results opens no think block: the model answers directly.
+    after_tools = (lambda text: "") if spec.name in NO_THINK_AFTER_TOOLS else think
     return [
         Turn(think("I need the calculator."), calls=({"expression": "25 * 17"},)),
-        Turn(think("The tool said 425."), content="It is 425."),
+        Turn(after_tools("The tool said 425."), content="It is 425."),
         Turn(think("Two products now."), calls=second),
-        Turn(think("Both are known."), content=answer),
+        Turn(after_tools("Both are known."), content=answer),
     ]
 
 
@@ -105,11 +116,10 @@ class Renderer:
 
     def __call__(self, messages: list[dict[str, Any]], generation: bool) -> str:
         messages = [{**messages[0], "content": self.system}, *messages[1:]]
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=self.tools, add_generation_prompt=generation, tokenize=False, **self.kwargs
+        # transformers' rendering, or the same in a mutable sandbox where a template changes lists (Kimi-K2 copies).
+        return render_chat_template(
+            self.tokenizer, messages, tools=self.tools, add_generation_prompt=generation, **self.kwargs
         )
-        assert isinstance(text, str)
-        return text
 
 
 def encode(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
@@ -124,14 +134,23 @@ def replies(render: Renderer, prompts: list[list[dict[str, Any]]], turns: list[T
         header = render(prompts[k], generation=True)[len(render(prompts[k], generation=False)) :]
         # The assistant turn and its tool results, not a following user query (that would re-render its reasoning).
         following = [m for m in prompts[k + 1][len(prompts[k]) :] if m["role"] != "user"]
-        rest = render([*prompts[k], *following], generation=False)[len(render(prompts[k], generation=False)) :]
+        before, after = render(prompts[k], generation=False), render([*prompts[k], *following], generation=False)
+        # Kimi-K2-Thinking re-renders earlier turns (empty think blocks) once a final answer follows them: the new
+        # turn is then found as the last assistant header.
+        rest = after[len(before) :] if after.startswith(before) else after[after.rindex(header.strip()) :]
         # What the model writes starts after the generation prompt (or as much of it as the template re-renders).
         rest_ids, header_ids = encode(render.tokenizer, rest), encode(render.tokenizer, header)
         shared = 0
         while shared < min(len(rest_ids), len(header_ids)) and rest_ids[shared] == header_ids[shared]:
             shared += 1
         rest = str(render.tokenizer.decode(rest_ids[shared:], skip_special_tokens=False))
-        if spec.always_thinks:
+        if turns[k].reasoning and "<think></think>" in rest:
+            # Kimi-K2-Thinking renders the reasoning of the last final answer as an empty block; the model wrote it.
+            rest = rest.replace("<think></think>", f"<think>{turns[k].reasoning}</think>", 1)
+        if turns[k].reasoning and turns[k].reasoning not in rest and rest.startswith("</think>"):
+            # The template drops the reasoning even of the last turn (DeepSeek-V3.1); the model wrote it.
+            rest = turns[k].reasoning + rest
+        if spec.always_thinks and turns[k].reasoning not in rest:
             # The template drops reasoning it is given; the model writes it after the opened think block.
             rest = f"{turns[k].reasoning}\n</think>\n\n{rest}"
         ends = [(p, t) for t in spec.stop_tokens if (p := rest.find(t)) != -1]
@@ -153,13 +172,8 @@ def without(text: str, parts: list[str]) -> str:
 
 
 #: Known gaps, left open (see the report of issue 9): the episode runs, one check is not met yet.
-KNOWN_GAPS = {
-    "glm-4.7-think": "GLM-4.7 re-renders earlier turns as a bare </think>; the test's normalization of dropped "
-    "reasoning does not cover it yet (requests before the second user turn are exact)",
-    "deepseek-v3.1-think": "the template drops reasoning even within the tool loop; the test does not yet build "
-    "the reasoning into the scripted replies",
+KNOWN_GAPS: dict[str, str] = {
     "gpt-oss-plain": "harmony analysis/final channels are not split into reasoning and answer text yet",
-    "minimax-m2-think": "the answer text still holds reasoning that ends at a lone </think>",
 }
 
 
@@ -185,14 +199,10 @@ FAMILY_CASES = [
 async def test_family_episode(start_engine, name: str, thinking: bool | None) -> None:  # type: ignore[no-untyped-def]
     spec = FAMILIES[name]
     tokenizer = family_tokenizer(name)
-    if name in UNRENDERABLE:
-        with pytest.raises(PromptError, match="tool result after an assistant tool call"):
-            PromptEncoder(tokenizer)
-        return
     if spec.parser not in TOOL_PARSERS:
         pytest.skip(f"tool parser {spec.parser!r} is not merged yet")
     render = Renderer(spec, tokenizer, thinking)
-    turns = plan(spec, thinking is True)
+    turns = plan(spec, thinking is True or name in REASONS_ALWAYS)
     prompts = structured(spec, turns)
     texts = replies(render, prompts, turns)
 
@@ -234,28 +244,73 @@ async def test_family_episode(start_engine, name: str, thinking: bool | None) ->
     second_user = 2  # requests from here on follow the second user query
     for k, record in enumerate(records):
         want = render(expected[k], generation=True)
-        exact = not spec.differences or (k < second_user and thinking is not False and not spec.always_thinks)
-        if exact:
-            assert record.input_ids == tokenizer.encode(want, add_special_tokens=False), f"request {k} differs"
-            continue
-        # Documented differences (families.py, README): the template drops earlier reasoning (and the empty think
-        # block of enable_thinking=False) that the trajectory keeps as the model saw it. Nothing else differs.
+        # Documented differences (families.py, README), asserted as exactly that: the template rewrites the reasoning
+        # of earlier turns (after a second user query, or within the tool loop for some), the trajectory keeps it.
+        in_loop = name in DROPS_IN_LOOP or (thinking is False and name in DROPS_EMPTY_IN_LOOP)
+        dropped = turns[:k] if in_loop else turns[:second_user] if k >= second_user else []
         got = str(tokenizer.decode(record.input_ids or [], skip_special_tokens=False))
-        dropped = turns[:k] if spec.always_thinks else turns[: min(k, second_user)]
-        earlier = [t.reasoning for t in dropped if t.reasoning]
-        assert normalized(got, earlier) == normalized(want, []), f"request {k} differs beyond reasoning"
+        assert rewritten(name, got, dropped) == want, f"request {k} differs beyond the documented differences"
+        if not dropped:
+            assert record.input_ids == tokenizer.encode(want, add_special_tokens=False), f"request {k} differs"
 
 
-def normalized(text: str, reasonings: list[str]) -> str:
-    """``text`` without the think blocks of the given reasonings, and without empty think blocks."""
-    for reasoning in reasonings:
-        if reasoning not in text:
-            continue
-        start = text.index(reasoning)
-        opened = text.rfind("<think>", 0, start)
-        end = text.index("</think>", start) + len("</think>")
-        while text[end : end + 1] == "\n":
-            end += 1
-        text = text[:opened] + text[end:]
-    # Empty think blocks: Qwen3's enable_thinking=False generation prompt, GLM's re-render of earlier turns.
-    return text.replace("<think>\n\n</think>\n\n", "").replace("<think></think>\n", "").replace("<think></think>", "")
+#: How a family's template writes an assistant turn's reasoning ``{}``, and what it writes once it drops it.
+QWEN_BLOCK = ("<think>\n{}\n</think>\n\n", "")
+REASONING_REWRITES: dict[str, tuple[str, str]] = {
+    "qwen3": QWEN_BLOCK,  # enable_thinking=False: the empty block of the generation prompt, dropped likewise
+    # The llama.cpp QwQ copy's generation prompt is "<think>\n</think>" unless enable_thinking=True is passed.
+    "qwq": ("<think>\n</think>{}\n</think>\n\n", ""),
+    "qwen3.5": QWEN_BLOCK,
+    "minimax-m2": QWEN_BLOCK,
+    "glm-4.6": ("<think>{}</think>", "<think></think>"),
+    "glm-4.7": ("<think>{}</think>", "</think>"),  # earlier turns re-rendered as a bare </think>
+    "kimi-k2-thinking": ("<think>{}</think>", "<think></think>"),
+    "deepseek-v3.1": ("<think>{}</think>", "<think></think>"),
+}
+
+
+def rewritten(name: str, text: str, dropped: list[Turn]) -> str:
+    """``text`` with the reasoning of the ``dropped`` turns rewritten as the family's template re-renders it."""
+    if name not in REASONING_REWRITES:
+        return text
+    block, replacement = REASONING_REWRITES[name]
+    position = 0
+    for turn in dropped:
+        written = block.format(turn.reasoning)
+        found = text.find(written, position)
+        if found == -1:
+            continue  # the template never rendered a block for this turn (e.g. DeepSeek after a tool result)
+        text = text[:found] + replacement + text[found + len(written) :]
+        position = found + len(replacement)
+    return text
+
+
+@pytest.mark.parametrize("name", [n for n in FAMILIES if n not in ("kimi-k2", "kimi-k2-thinking")])
+def test_mutable_rendering_is_transformers_rendering(name: str) -> None:
+    """Where transformers' immutable sandbox renders, the mutable-sandbox path gives the same text."""
+    spec, tokenizer = FAMILIES[name], family_tokenizer(name)
+    for thinking in (True, False) if spec.thinking else (None,):
+        render = Renderer(spec, tokenizer, thinking)
+        for messages in structured(spec, plan(spec, thinking is True)):
+            messages = [{**messages[0], "content": render.system}, *messages[1:]]
+            for generation in (True, False):
+                want = tokenizer.apply_chat_template(
+                    messages, tools=render.tools, add_generation_prompt=generation, tokenize=False, **render.kwargs
+                )
+                got = render_mutable(
+                    tokenizer, messages, tools=render.tools, add_generation_prompt=generation, **render.kwargs
+                )
+                assert got == want
+
+
+def test_kimi_k2_templates_render_in_a_mutable_sandbox_only() -> None:
+    """The llama.cpp copies of Kimi-K2-Instruct/-Thinking change a list; transformers' sandbox refuses, ours renders."""
+    tokenizer = family_tokenizer("kimi-k2")
+    spec = FAMILIES["kimi-k2"]
+    messages = structured(spec, plan(spec, False))[1]
+    with pytest.raises(SecurityError, match="append"):
+        tokenizer.apply_chat_template(messages, tokenize=False)
+    text = render_chat_template(tokenizer, messages, add_generation_prompt=False)
+    assert "## Return of functions.calculator:0\n425<|im_end|>" in text
+    assert PromptEncoder(tokenizer).numbers_calls  # the template numbers calls itself (result headers)
+    assert not PromptEncoder(family_tokenizer("kimi-k2-0711")).numbers_calls

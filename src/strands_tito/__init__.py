@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from .prompt import PromptEncoder, PromptError
     from .sglang import (
         HistoryRewrittenError,
+        ImagesNotSupportedError,
         SGLangAbortedError,
         SGLangConfig,
         SGLangModel,
@@ -68,6 +69,7 @@ _EXPORTS: dict[str, str] = {
     "PromptEncoder": "prompt",
     "PromptError": "prompt",
     "HistoryRewrittenError": "sglang",
+    "ImagesNotSupportedError": "sglang",
     "SGLangAbortedError": "sglang",
     "SGLangConfig": "sglang",
     "SGLangModel": "sglang",
@@ -111,6 +113,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "HermesToolParser",
     "HistoryRewrittenError",
+    "ImagesNotSupportedError",
     "LoopLimitReachedError",
     "LoopLimiter",
     "MaxMessagesReachedError",

@@ -342,6 +342,14 @@ def build_record(
                 f"turns before it add up to {len(trajectory)} tokens (crc {trajectory.crc32})"
             )
             break
+        urls = [image.data_url() for image in turn.images]
+        if None in urls:
+            lost = [i for i, url in enumerate(urls) if url is None]
+            problems.append(
+                f"turn {index}: images {lost} were over the capture size limit (STRANDS_TITO_MAX_IMAGE_BYTES) and "
+                "were not captured"
+            )
+            break
         try:
             trajectory.append_turn(
                 turn.prompt_ids,
@@ -353,6 +361,8 @@ def build_record(
                 request_id=turn.request_id,
                 weight_version=turn.weight_version,
                 routed_experts=base64.b64encode(turn.routed_experts).decode() if turn.routed_experts else None,
+                image_data=cast(list[str], urls),
+                image_token_id=turn.image_token_id,
             )
         except TrajectoryError as e:
             problems.append(f"turn {index} is invalid: {e}")

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 
 from . import spans as schema
 from .assembly import TrajectoryAssembler, TrajectoryRecord
+from .span_images import encode_images, max_image_bytes
 from .trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
@@ -132,8 +133,13 @@ def record_turn(
     model_id: str | None,
     tool_parse_errors: Sequence[dict[str, str]] = (),
     routed_experts: bytes | None = None,
+    image_token_id: int | None = None,
 ) -> None:
-    """Put one recorded turn on the current span (Strands' ``chat`` span inside ``Model.stream``)."""
+    """Put one recorded turn on the current span (Strands' ``chat`` span inside ``Model.stream``).
+
+    The turn's images go on the span as ``tito.images``; an image over ``STRANDS_TITO_MAX_IMAGE_BYTES`` goes as its
+    hash only (logged here; the assembled trajectory is then incomplete at this turn).
+    """
     global _last_active
     _last_active = trajectory
     span = trace.get_current_span()
@@ -173,8 +179,26 @@ def record_turn(
         model_id=model_id,
         tool_parse_errors=tool_parse_errors,
         routed_experts=routed_experts,
+        images=_turn_images(trajectory, turn, image_token_id),
     )
     _put_on_span(span, attributes, trajectory)
+
+
+def _turn_images(trajectory: Trajectory, turn: Turn, token_id: int | None) -> bytes | None:
+    if not turn.image_data:
+        return None
+    limit = max_image_bytes()
+    value, omitted = encode_images(turn.image_data, token_id, limit)
+    if omitted:
+        logger.warning(
+            "trajectory_id=<%s>, turn=<%d>, images=<%s>, limit=<%d> | images over STRANDS_TITO_MAX_IMAGE_BYTES go "
+            "on the span as their hash only; the captured trajectory will be incomplete",
+            trajectory.trajectory_id,
+            turn.index,
+            omitted,
+            limit,
+        )
+    return value
 
 
 def record_call(

@@ -88,7 +88,6 @@ _DROPS_REASONING = (
     "reasoning of turns before the last user query is dropped on re-render; token-in/token-out keeps it as "
     "generated, so after a second user turn the prompt keeps the earlier reasoning a re-render would drop"
 )
-
 FAMILIES: Final[dict[str, Family]] = {
     f.name: f
     for f in (
@@ -108,24 +107,33 @@ FAMILIES: Final[dict[str, Family]] = {
         Family("qwen3.5", "Qwen3.5-4B", "qwen_xml", _QWEN_STOPS, thinking=True, differences=(_DROPS_REASONING,)),
         Family(
             "glm-4.6", "GLM-4.6", "glm", ("<|user|>", "<|observation|>", "<|endoftext|>"),
-            special_tokens=_GLM_TOKENS, thinking=True, differences=(_DROPS_REASONING,),
+            special_tokens=_GLM_TOKENS, thinking=True,
+            differences=(f"{_DROPS_REASONING} (the template writes their <think>R</think> as <think></think>)",),
         ),
         Family(
             "glm-4.7", "GLM-4.7-Flash", "glm", ("<|user|>", "<|observation|>", "<|endoftext|>"),
-            special_tokens=_GLM_TOKENS, thinking=True, differences=(_DROPS_REASONING,),
+            special_tokens=_GLM_TOKENS, thinking=True,
+            differences=(f"{_DROPS_REASONING} (the template writes their <think>R</think> as a bare </think>)",),
         ),
+        # The llama.cpp copies of Kimi-K2-Instruct/-Thinking change lists: rendered as in strands_tito.rendering.
         Family("kimi-k2", "Kimi-K2-Instruct", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
         Family("kimi-k2-0711", "moonshotai-Kimi-K2", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
         Family(
             "kimi-k2-thinking", "Kimi-K2-Thinking", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS,
-            thinking=True, differences=(_DROPS_REASONING,),
+            thinking=True,
+            differences=(
+                "once a final answer follows them, the template re-renders every earlier assistant turn, that final "
+                "answer included, with an empty <think></think>; token-in/token-out keeps the reasoning as generated",
+            ),
         ),
         Family(
             "deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1", "deepseek_v31", ("<｜end▁of▁sentence｜>",),
             special_tokens=_DEEPSEEK_TOKENS, bos_token="<｜begin▁of▁sentence｜>", thinking=True,
             differences=(
                 "the template renders no tools list: tool schemas are put into the system prompt by the encoder",
-                _DROPS_REASONING,
+                "the template drops the reasoning of every earlier turn, even within the tool loop: <think>R</think> "
+                "is re-rendered as <think></think>; token-in/token-out keeps it as generated. After tool results the "
+                "generation prompt opens no think block (the model answers without reasoning)",
             ),
         ),
         Family(

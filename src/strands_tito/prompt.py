@@ -18,15 +18,17 @@ the encoder cannot follow fails then, with the behaviour named, never mid-episod
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from strands.types.content import Message, Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
 from .families import FAMILIES
+from .rendering import render_chat_template
 
 # The stand-in messages before the assistant message the new messages follow: templates that need a user query
 # before tool messages, or look at the previous message's role, then render the new messages as in a real
@@ -42,8 +44,40 @@ KNOWN_END_TOKENS: Final[tuple[str, ...]] = tuple(
 )
 
 
+#: Image placeholder tokens of vision-language chat templates (one per image; the server expands it): Qwen-VL and
+#: Qwen3.5, LLaVA-style, Llama-3.2-Vision, Gemma-3, Pixtral/Mistral, Kimi-VL.
+KNOWN_IMAGE_TOKENS: Final[tuple[str, ...]] = (
+    "<|image_pad|>",
+    "<image>",
+    "<|image|>",
+    "<start_of_image>",
+    "[IMG]",
+    "<|media_pad|>",
+)
+#: Strands image formats and their MIME types.
+IMAGE_MIME: Final[dict[str, str]] = {
+    "png": "image/png",
+    "jpeg": "image/jpeg",
+    "jpg": "image/jpeg",
+    "gif": "image/gif",
+    "webp": "image/webp",
+}
+
+
 class PromptError(ValueError):
     """The conversation or chat template cannot be tokenized incrementally."""
+
+
+def image_data_url(block: Any) -> str:
+    """A Strands image content block (``{"format": "png", "source": {"bytes": ...}}``) as a base64 data URL."""
+    fmt = str(block.get("format", "")).lower()
+    mime = IMAGE_MIME.get(fmt)
+    if mime is None:
+        raise PromptError(f"image format {fmt!r} is not one of {sorted(IMAGE_MIME)}")
+    data = (block.get("source") or {}).get("bytes")
+    if not isinstance(data, bytes | bytearray) or not data:
+        raise PromptError("an image content block needs its bytes in source.bytes (locations are not fetched)")
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
 def _text_of(blocks: Sequence[Any]) -> str:
@@ -53,9 +87,35 @@ def _text_of(blocks: Sequence[Any]) -> str:
             parts.append(block["text"])
         elif "json" in block:
             parts.append(json.dumps(block["json"], ensure_ascii=False))
-        elif "image" in block or "document" in block or "video" in block:
-            raise PromptError("image, document and video content is not supported by strands-tito yet")
+        elif "image" in block:
+            raise PromptError("image content is only supported in user messages and tool results of SGLangModel")
+        elif "document" in block or "video" in block:
+            raise PromptError("document and video content is not supported by strands-tito yet")
     return "".join(parts)
+
+
+def _content_of(blocks: Sequence[Any], images: list[str] | None) -> str | list[dict[str, Any]]:
+    """Message content: text, or (with images, when ``images`` collects them) content parts in block order.
+
+    Each image becomes one ``{"type": "image"}`` part, which vision-language templates render as their placeholder;
+    its data URL is appended to ``images``, so the list follows prompt order.
+    """
+    if images is None or not any("image" in block for block in blocks):
+        return _text_of(blocks)
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        if "image" in block:
+            images.append(image_data_url(block["image"]))
+            parts.append({"type": "image"})
+            continue
+        text = _text_of([block])
+        if not text:
+            continue
+        if parts and parts[-1]["type"] == "text":
+            parts[-1]["text"] += text  # adjacent text blocks render as one, as without images
+        else:
+            parts.append({"type": "text", "text": text})
+    return parts
 
 
 def format_tool_specs(tool_specs: Sequence[ToolSpec] | None) -> list[dict[str, Any]] | None:
@@ -75,8 +135,13 @@ def format_tool_specs(tool_specs: Sequence[ToolSpec] | None) -> list[dict[str, A
     ]
 
 
-def format_messages(messages: Messages, system_prompt: str | None = None) -> list[dict[str, Any]]:
+def format_messages(
+    messages: Messages, system_prompt: str | None = None, images: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Strands messages as chat-template messages.
+
+    With ``images`` given, image blocks of user messages and tool results become ``{"type": "image"}`` content parts
+    and their data URLs are appended to ``images`` in prompt order; without it an image raises :class:`PromptError`.
 
     Tool results become one ``tool`` message each (with the call id and the tool's name, which some templates render
     in the result header), in the order the calls were made in the preceding assistant message (Strands collects
@@ -111,11 +176,11 @@ def format_messages(messages: Messages, system_prompt: str | None = None) -> lis
                 "role": "tool",
                 "tool_call_id": r["toolUseId"],
                 "name": call_names.get(r["toolUseId"], ""),
-                "content": _text_of(r["content"]),
+                "content": _content_of(r["content"], images),
             }
             for r in results
         )
-        text = _text_of([b for b in content if "toolResult" not in b])
+        text = _content_of([b for b in content if "toolResult" not in b], images)
         if text or not results:
             out.append({"role": "user", "content": text})
     return out
@@ -140,6 +205,10 @@ def tools_system_text(tools: list[dict[str, Any]]) -> str:
     """
     lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
     return f"## Tools\n\nYou can call the following tools, given as JSON schemas:\n<tools>\n{lines}\n</tools>"
+
+
+def _probe_call() -> dict[str, Any]:
+    return {"id": "call_0", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": {"a": 1}}}
 
 
 class PromptEncoder:
@@ -172,6 +241,7 @@ class PromptEncoder:
             raise PromptError("no end-of-turn token: the tokenizer has no eos token and the template closes none")
         self._end_ids = {i for i, text in self._added.items() if text in self.end_tokens}
         self.tools_in_template = self._lists_tools()
+        self.numbers_calls = False
         self._probe()
 
     # -- rendering -------------------------------------------------------------------------------------------------
@@ -179,17 +249,10 @@ class PromptEncoder:
     def render(
         self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool
     ) -> str:
-        """Render messages with the chat template to text."""
-        text = self.tokenizer.apply_chat_template(
-            messages,
-            tools=cast(Any, tools),
-            add_generation_prompt=add_generation_prompt,
-            tokenize=False,
-            **self.template_kwargs,
+        """Render messages with the chat template to text (list-changing templates too, see :mod:`.rendering`)."""
+        return render_chat_template(
+            self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt, **self.template_kwargs
         )
-        if not isinstance(text, str):
-            raise PromptError("apply_chat_template(tokenize=False) did not return text")
-        return text
 
     def encode(self, text: str) -> list[int]:
         """Encode text with no extra special tokens (the template already placed them)."""
@@ -251,13 +314,87 @@ class PromptEncoder:
             ids = self.continuation([new], previous, stop, behaviour=behaviour)
             if expected not in str(self.tokenizer.decode(ids, skip_special_tokens=False)):
                 raise PromptError(f"the chat template does not render {behaviour} in the text after the stop token")
+        # Templates that number the calls of the whole conversation themselves and write that number into the result
+        # header (the llama.cpp copies of Kimi-K2-Instruct/-Thinking: "## Return of functions.N:IDX") need the earlier
+        # calls in the stand-in tail; the others render the same without them.
+        first = self.continuation([results], calling, stop, behaviour="a tool result after an assistant tool call")
+        self.numbers_calls = True
+        later = self.continuation(
+            [results], calling, stop, earlier_calls=1, behaviour="a tool result after earlier tool calls"
+        )
+        # (Templates that drop the content of a message with calls, Llama-3.x, are found from the bare stand-in's end,
+        # so they never get the earlier calls; their result headers carry no numbers.)
+        self.numbers_calls = first != later and _MARK in self.render(
+            [*_STAND_IN, {"role": "assistant", "content": _MARK, "tool_calls": tool_calls_of(calling)}],
+            add_generation_prompt=False,
+        )
+
+    # -- images ----------------------------------------------------------------------------------------------------
+
+    @property
+    def image_token(self) -> str | None:
+        """The placeholder token the template renders for one image (``<|image_pad|>`` ...), None if it renders none.
+
+        Found once, on first use, by rendering a user message and a tool result with an image part.
+        """
+        if not hasattr(self, "_image_token"):
+            self._image_token = self._find_image_token()
+        return self._image_token
+
+    def token_id(self, token: str) -> int:
+        """The id of one of the tokenizer's added tokens."""
+        return next(i for i, text in self._added.items() if text == token)
+
+    def _find_image_token(self) -> str | None:
+        image: dict[str, Any] = {"type": "image"}
+        probes = (
+            [_STAND_IN[0], {"role": "user", "content": [image, {"type": "text", "text": _PROBE_USER}]}],
+            [
+                *_STAND_IN,
+                {"role": "assistant", "content": "x", "tool_calls": [_probe_call()]},
+                {"role": "tool", "tool_call_id": "call_0", "name": _PROBE_TOOL, "content": [image]},
+            ],
+        )
+        found: set[str] = set()
+        for messages in probes:
+            try:
+                text = self.render(messages, add_generation_prompt=True)
+            except Exception:
+                return None  # a text-only template (content must be a string)
+            ids = self.encode(text)
+            tokens = {self._added[i] for i in ids if i in self._added and self._added[i] in KNOWN_IMAGE_TOKENS}
+            if len(tokens) != 1 or ids.count(self.token_id(next(iter(tokens)))) != 1:
+                return None  # no placeholder (or not one per image) in a user message or a tool result
+            found |= tokens
+        return found.pop() if len(found) == 1 else None
+
+    def _check_images(self, ids: list[int], images: int) -> None:
+        """One placeholder token per image, or a :class:`PromptError` naming what the template did."""
+        token = self.image_token
+        if token is None:
+            raise PromptError(
+                "the conversation has images but the chat template renders no image placeholder for an image part in "
+                f"a user message and a tool result (known placeholders: {list(KNOWN_IMAGE_TOKENS)}); use the "
+                "vision-language model's own tokenizer and template"
+            )
+        found = ids.count(self.token_id(token))
+        if found != images:
+            raise PromptError(f"the prompt holds {found} {token} placeholders for {images} images")
 
     # -- prompts ---------------------------------------------------------------------------------------------------
 
     def first_prompt(
-        self, messages: Messages, tool_specs: Sequence[ToolSpec] | None, system_prompt: str | None
+        self,
+        messages: Messages,
+        tool_specs: Sequence[ToolSpec] | None,
+        system_prompt: str | None,
+        images: list[str] | None = None,
     ) -> list[int]:
-        """The whole conversation rendered once (system, tools, messages, generation prompt) as token IDs."""
+        """The whole conversation rendered once (system, tools, messages, generation prompt) as token IDs.
+
+        With ``images`` given, each image becomes one placeholder token (left for the server to expand) and its data
+        URL is appended to ``images`` in prompt order; without it an image raises :class:`PromptError`.
+        """
         tools = format_tool_specs(tool_specs)
         if tools and not self.tools_in_template:
             # The template would drop the tools: they reach the model in the system message instead.
@@ -265,8 +402,18 @@ class PromptEncoder:
                 f"{system_prompt}\n\n{tools_system_text(tools)}" if system_prompt else tools_system_text(tools)
             )
             tools = None
-        text = self.render(format_messages(messages, system_prompt), tools=tools, add_generation_prompt=True)
-        return self.encode(text)
+        before = len(images) if images is not None else 0
+        formatted = format_messages(messages, system_prompt, images)
+        ids = self.encode(self.render(formatted, tools=tools, add_generation_prompt=True))
+        if images is not None and (len(images) > before or self._image_token_in(ids)):
+            self._check_images(ids, len(images) - before)
+        return ids
+
+    def _image_token_in(self, ids: list[int]) -> bool:
+        """Whether placeholder tokens appear where no image was given (typed by the user, say): checked only when
+        the template has a placeholder at all."""
+        token = self.image_token if hasattr(self, "_image_token") else None
+        return token is not None and self.token_id(token) in ids
 
     def continuation(
         self,
@@ -274,7 +421,9 @@ class PromptEncoder:
         previous: Message | None,
         context: Sequence[int],
         *,
+        earlier_calls: int = 0,
         behaviour: str = "the new messages",
+        images: list[str] | None = None,
     ) -> list[int]:
         """Token IDs for messages added after the model's last output.
 
@@ -282,17 +431,24 @@ class PromptEncoder:
             new_messages: Messages after the model's last assistant message.
             previous: That assistant message (its tool calls, with their ids, in the order the model wrote them).
             context: The trajectory so far; its last token says whether the model ended its turn itself.
+            earlier_calls: How many tool calls the conversation held before ``previous`` (for templates that number
+                calls themselves, see :attr:`numbers_calls`).
             behaviour: What is being rendered, for error messages.
+            images: Collects the data URLs of the new messages' images in prompt order (each image is one
+                placeholder token in the ids); without it an image raises :class:`PromptError`.
         """
         if not new_messages:
             raise PromptError("no new messages to tokenize after the model's last turn")
         history = [previous] if previous is not None else []
-        formatted = format_messages([*history, *new_messages])[len(history) :]
+        before = len(images) if images is not None else 0
+        formatted = format_messages([*history, *new_messages], images=images)[len(history) :]
         assistant: dict[str, Any] = {"role": "assistant", "content": _MARK}
         calls = tool_calls_of(previous) if previous is not None else []
         if calls:
             assistant["tool_calls"] = calls
         tail = [*_STAND_IN, assistant, *formatted]
+        if earlier_calls and self.numbers_calls:
+            tail = [_STAND_IN[0], *_earlier_calls(earlier_calls), *tail[1:]]
         try:
             text = self.render(tail, add_generation_prompt=True)
         except Exception as e:
@@ -302,7 +458,10 @@ class PromptEncoder:
             # generated, and each result is rendered on its own, so one call is enough to render what follows.
             assistant["tool_calls"] = calls[:1]
             text = self.render(tail, add_generation_prompt=True)
-        return self.encode(self._after_end_of_turn(text, context, behaviour))
+        ids = self.encode(self._after_end_of_turn(text, context, behaviour))
+        if images is not None and (len(images) > before or self._image_token_in(ids)):
+            self._check_images(ids, len(images) - before)
+        return ids
 
     def _after_end_of_turn(self, text: str, context: Sequence[int], behaviour: str) -> str:
         start = text.find(_MARK)
@@ -325,3 +484,13 @@ class PromptEncoder:
         # The model stopped on another token (gpt-oss <|return|>, re-rendered <|end|>): keep the model's. Otherwise
         # its turn was cut short and the template's end of turn closes it.
         return after[position + len(token) :] if emitted is not None else after[position:]
+
+
+def _earlier_calls(count: int) -> list[dict[str, Any]]:
+    """A stand-in user query answered by ``count`` tool calls and their results."""
+    calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": {}}}
+        for i in range(count)
+    ]
+    results = [{"role": "tool", "tool_call_id": c["id"], "name": _PROBE_TOOL, "content": "R"} for c in calls]
+    return [{"role": "user", "content": "U"}, {"role": "assistant", "content": "", "tool_calls": calls}, *results]

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .span_images import ImageSchemaError, SpanImage, decode_images
 from .trajectory import pack_int32
 
 SCHEMA_VERSION = 1
@@ -40,6 +41,7 @@ WEIGHT_VERSION = PREFIX + "weight_version"
 MODEL_ID = PREFIX + "model_id"
 TOOL_PARSE_ERRORS = PREFIX + "tool_parse_errors"
 ROUTED_EXPERTS = PREFIX + "routed_experts"
+IMAGES = PREFIX + "images"  # bytes: manifest + image bytes (span_images.py)
 REWARD_VALUE = PREFIX + "reward.value"
 REWARD_NAME = PREFIX + "reward.name"
 END_REASON = PREFIX + "end.reason"
@@ -174,6 +176,9 @@ class TurnSpan:
     model_id: str | None = None
     tool_parse_errors: list[dict[str, str]] = field(default_factory=list)
     routed_experts: bytes | None = None
+    images: list[SpanImage] = field(default_factory=list)
+    """The images this turn's prompt tokens added, in prompt order (``tito.images``)."""
+    image_token_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -258,8 +263,9 @@ def turn_attributes(
     model_id: str | None = None,
     tool_parse_errors: Sequence[Mapping[str, str]] = (),
     routed_experts: bytes | None = None,
+    images: bytes | None = None,
 ) -> dict[str, Any]:
-    """The attributes that put one turn on its ``chat`` span."""
+    """The attributes that put one turn on its ``chat`` span (``images``: from ``span_images.encode_images``)."""
     attributes: dict[str, Any] = {
         SCHEMA: SCHEMA_VERSION,
         KIND: "turn",
@@ -287,6 +293,8 @@ def turn_attributes(
         attributes[TOOL_PARSE_ERRORS] = json.dumps(list(tool_parse_errors)).encode()
     if routed_experts is not None:
         attributes[ROUTED_EXPERTS] = routed_experts
+    if images is not None:
+        attributes[IMAGES] = images
     return attributes
 
 
@@ -470,6 +478,15 @@ def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
     if not len(output_ids) or (prefix_length == 0 and not len(prompt_ids)):
         raise SpanSchemaError("a turn needs output tokens, and the first turn a prompt")
     routed = _routed_experts(attributes.get(ROUTED_EXPERTS), prefix_length, len(prompt_ids) + len(output_ids))
+    images: list[SpanImage] = []
+    image_token_id = None
+    if IMAGES in attributes:
+        try:
+            images, image_token_id = decode_images(attributes[IMAGES])
+        except ImageSchemaError as e:
+            raise SpanSchemaError(str(e)) from None
+        if image_token_id is not None and int((prompt_ids == image_token_id).sum()) != len(images):
+            raise SpanSchemaError(f"{IMAGES}: the prompt tokens hold a placeholder count other than {len(images)}")
     finish_reason = _get_str(attributes, FINISH_REASON)
     if finish_reason not in FINISH_REASONS:
         raise SpanSchemaError(f"unknown {FINISH_REASON} {finish_reason[:64]!r} (one of {', '.join(FINISH_REASONS)})")
@@ -495,6 +512,8 @@ def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
         model_id=model_id,
         tool_parse_errors=errors,
         routed_experts=routed,
+        images=images,
+        image_token_id=image_token_id,
     )
 
 

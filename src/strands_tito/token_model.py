@@ -22,7 +22,7 @@ import math
 import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
@@ -54,6 +54,7 @@ __all__ = [
     "Generation",
     "GenerationRequest",
     "HistoryRewrittenError",
+    "ImagesNotSupportedError",
     "TokenAbortedError",
     "TokenModel",
     "TokenResponseError",
@@ -89,6 +90,10 @@ class HistoryRewrittenError(SGLangClientError):
     """
 
 
+class ImagesNotSupportedError(SGLangClientError):
+    """The prompt has images but the provider or the served model cannot take them; raised before any request."""
+
+
 class _AgentState(AgentState):
     """Per-agent trajectory state of a token-in/token-out model (see :class:`~strands_tito.capture.AgentState`)."""
 
@@ -116,6 +121,8 @@ class GenerationRequest:
         return_logprob: Whether the turn's logprobs are to be recorded.
         record: False for a generation that is not part of any trajectory (structured output).
         cancel_signal: Drop the request when this is set while it is in flight.
+        image_data: The images of the whole prompt as data URLs, in prompt order (one placeholder token each in
+            ``input_ids``; the server expands them). Empty for a text-only prompt.
     """
 
     input_ids: list[int]
@@ -126,6 +133,7 @@ class GenerationRequest:
     record: bool = True
     cancel_signal: threading.Event | None = None
     input_ids_json: bytes | None = None
+    image_data: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -215,6 +223,10 @@ class TokenModel(Model):
         """Sampling parameters that constrain the output to a JSON schema."""
         raise NotImplementedError
 
+    async def _check_images_supported(self) -> None:
+        """Raise :class:`ImagesNotSupportedError` unless this provider and its model take images (before sending)."""
+        raise ImagesNotSupportedError(f"{type(self).__name__} does not send images")
+
     # -- configuration -------------------------------------------------------------------------------------------
 
     def update_config(self, **model_config: Any) -> None:
@@ -294,10 +306,11 @@ class TokenModel(Model):
         messages: Messages,
         tool_specs: list[ToolSpec] | None,
         system_prompt: str | None,
+        images: list[str],
     ) -> list[int]:
         trajectory = state.trajectory
         if not trajectory.turns:
-            return self._prompts.first_prompt(messages, tool_specs, system_prompt)
+            return self._prompts.first_prompt(messages, tool_specs, system_prompt, images)
         cursor = state.cursor
         previous = messages[cursor - 1] if 0 < cursor <= len(messages) else None
         if previous is None or previous["role"] != "assistant" or _plain_text(previous) != state.last_output_text:
@@ -306,7 +319,12 @@ class TokenModel(Model):
                 f"({len(messages)} messages now); strands-tito needs an append-only history "
                 "(use NullConversationManager)"
             )
-        return self._prompts.continuation(messages[cursor:], previous, trajectory.token_ids)
+        earlier = sum(
+            1 for m in messages[: cursor - 1] if m["role"] == "assistant" for b in m["content"] if "toolUse" in b
+        )
+        return self._prompts.continuation(
+            messages[cursor:], previous, trajectory.token_ids, earlier_calls=earlier, images=images
+        )
 
     async def _context_limit(self) -> int | None:
         limit = self.config.get("context_window_limit")
@@ -350,7 +368,12 @@ class TokenModel(Model):
             self._hooked_agents.add(agent)
 
         trajectory = state.trajectory
-        prompt_ids = self._prompt_ids(state, messages, tool_specs, system_prompt)
+        # Only the new messages' images are encoded (once); the earlier ones are kept on the trajectory.
+        new_images: list[str] = []
+        prompt_ids = self._prompt_ids(state, messages, tool_specs, system_prompt, new_images)
+        image_data = [*trajectory.image_data, *new_images]
+        if image_data:
+            await self._check_images_supported()
         input_ids = trajectory.token_ids + prompt_ids
         sampling_params = self._sampling_params()
         limit = await self._context_limit()
@@ -372,6 +395,7 @@ class TokenModel(Model):
             sampling_params=sampling_params,
             return_logprob=bool(self.config.get("return_logprob", True)),
             cancel_signal=cancel_signal,
+            image_data=image_data,
         )
         try:
             reply = await self._generate(request)
@@ -399,6 +423,8 @@ class TokenModel(Model):
                 request_id=reply.request_id,
                 weight_version=reply.weight_version,
                 routed_experts=reply.routed_experts,
+                image_data=new_images,
+                image_token_id=self._image_token_id() if image_data else None,
             )
         except TrajectoryError as e:
             raise self.response_error(f"{reply.source} reply cannot be recorded: {e}") from e
@@ -412,6 +438,7 @@ class TokenModel(Model):
         record_turn(
             trajectory,
             turn,
+            image_token_id=self._image_token_id() if turn.image_data else None,
             model_id=self.config.get("model_id"),
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
             routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
@@ -445,6 +472,10 @@ class TokenModel(Model):
         metrics = {"latencyMs": round((reply.latency_s or 0.0) * 1000)}
         yield cast(StreamEvent, {"metadata": {"usage": usage, "metrics": metrics}})
 
+    def _image_token_id(self) -> int | None:
+        token = self._prompts.image_token
+        return None if token is None else self._prompts.token_id(token)
+
     def _tool_use_events(self, state: _AgentState, call: ToolCall) -> list[StreamEvent]:
         name = call.name
         if call.error is not None:
@@ -471,7 +502,10 @@ class TokenModel(Model):
     ) -> AsyncGenerator[dict[str, T | Any], None]:
         """Constrained decoding to the output model's JSON schema; not part of any trajectory."""
 
-        input_ids = self._prompts.first_prompt(prompt, None, system_prompt)
+        images: list[str] = []
+        input_ids = self._prompts.first_prompt(prompt, None, system_prompt, images)
+        if images:
+            await self._check_images_supported()
         sampling_params = {
             **self._sampling_params(),
             **self._structured_output_params(output_model.model_json_schema()),
@@ -483,6 +517,7 @@ class TokenModel(Model):
             sampling_params=sampling_params,
             return_logprob=False,
             record=False,
+            image_data=images,
         )
         try:
             reply = await self._generate(request)

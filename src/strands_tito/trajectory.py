@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 import sys
 import uuid
 import zlib
@@ -22,6 +23,9 @@ import orjson
 from numpy.typing import NDArray
 
 FinishReason = Literal["stop", "length", "abort"]
+#: What an image of a trajectory must look like: a base64 data URL of an image type (what SGLang's ``image_data``
+#: takes and what a trainer decodes without fetching anything).
+_DATA_URL = re.compile(r"data:image/[A-Za-z0-9.+-]+;base64,[A-Za-z0-9+/]+={0,2}")
 
 
 class TrajectoryError(ValueError):
@@ -60,6 +64,8 @@ class Turn:
     request_id: str | None = None
     weight_version: str | None = None
     routed_experts: str | None = None
+    image_data: tuple[str, ...] = ()
+    """Data URLs of the images this turn's new prompt tokens hold, in prompt order (one placeholder token each)."""
 
     @property
     def output_start(self) -> int:
@@ -81,6 +87,8 @@ class Turn:
             "latency_s": self.latency_s,
             "request_id": self.request_id,
             "weight_version": self.weight_version,
+            # How many of the trajectory's images this turn's new prompt added (the record's image_data holds them).
+            "images": len(self.image_data),
         }
 
 
@@ -145,6 +153,9 @@ class Trajectory:
     """``token_ids`` as the inside of a JSON array (``1,2,3``), grown with each turn: every request resends the
     whole trajectory, and this way only the new tokens are serialized."""
 
+    images: list[str] = field(default_factory=list, repr=False)
+    """Every turn's images in prompt order (:attr:`image_data`); grown only by :meth:`append_turn`."""
+
     def __len__(self) -> int:
         return len(self.token_ids)
 
@@ -170,11 +181,10 @@ class Trajectory:
 
     @property
     def image_data(self) -> list[str]:
-        """Images sent with the trajectory (strands-sglang 0.6's ``Rollout.image_data``).
-
-        Always empty for now: images are not supported yet, and a message with an image is refused.
-        """
-        return []
+        """The images of the trajectory's prompts as base64 data URLs, in prompt order (strands-sglang 0.6's
+        ``Rollout.image_data``): what SGLang received as ``image_data`` with the last turn's ``input_ids``, where each
+        image is one placeholder token. ``turns[k].image_data`` are the ones turn ``k`` added."""
+        return self.images
 
     def append_turn(
         self,
@@ -191,6 +201,8 @@ class Trajectory:
         request_id: str | None = None,
         weight_version: str | None = None,
         routed_experts: str | None = None,
+        image_data: Sequence[str] = (),
+        image_token_id: int | None = None,
     ) -> Turn:
         """Validate one turn completely, then append it; on any error nothing changes.
 
@@ -208,6 +220,8 @@ class Trajectory:
             weight_version: Policy weight version reported by the server.
             routed_experts: Base64 int32 routing slice for positions ``[len(self) - 1, len(self) + new - 1)``
                 (all positions but the last for the first turn).
+            image_data: Base64 image data URLs of the images ``prompt_ids`` holds, in prompt order.
+            image_token_id: The image placeholder token; when given, ``prompt_ids`` must hold exactly one per image.
         """
         prompt, prompt_packed = _check_ids("prompt_ids", prompt_ids)
         output, output_packed = _check_ids("output_ids", output_ids)
@@ -226,6 +240,12 @@ class Trajectory:
             )
         if routed_experts is not None:
             self._check_routed_experts(routed_experts, start, len(prompt) + len(output))
+        images = tuple(image_data)
+        for i, url in enumerate(images):
+            if not isinstance(url, str) or not _DATA_URL.fullmatch(url):
+                raise TrajectoryError(f"image_data[{i}] is not a base64 image data URL")
+        if image_token_id is not None and (found := prompt.count(image_token_id)) != len(images):
+            raise TrajectoryError(f"prompt_ids hold {found} image placeholders for {len(images)} images")
 
         new_segments: list[Segment] = []
         if prompt:
@@ -245,6 +265,7 @@ class Trajectory:
             request_id=request_id,
             weight_version=weight_version,
             routed_experts=routed_experts,
+            image_data=images,
         )
         # Commit: nothing below can fail.
         self.crc32 = zlib.crc32(output_packed, zlib.crc32(prompt_packed, self.crc32))
@@ -265,6 +286,7 @@ class Trajectory:
             new_segments[0] = Segment(True, last.start, last.length + new_segments[0].length)
         self.segments.extend(new_segments)
         self.turns.append(turn)
+        self.images.extend(images)
         return turn
 
     def _check_routed_experts(self, encoded: str, start: int, new_tokens: int) -> None:
@@ -297,6 +319,8 @@ class Trajectory:
             # (is_output as 0/1, length): plain ints, so columnar readers (pyarrow, pandas, datasets) infer one type.
             "segments": [[int(s.is_output), s.length] for s in self.segments],
             "turns": [t.as_dict() for t in self.turns],
+            # The images of all prompts in order (turns[k]["images"] of them per turn), as base64 data URLs.
+            "image_data": list(self.images),
         }
 
 

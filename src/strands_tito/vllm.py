@@ -40,6 +40,7 @@ from .client import (
 from .token_model import (
     Generation,
     GenerationRequest,
+    ImagesNotSupportedError,
     TokenAbortedError,
     TokenModel,
     TokenResponseError,
@@ -179,6 +180,8 @@ class VLLMModel(TokenModel):
         sampling_params: vLLM sampling parameters.
         client: A :class:`VLLMClient`; shared clients pool connections across models.
         **config: Other :class:`VLLMConfig` keys.
+
+    Images are not supported: a prompt with an image raises :class:`ImagesNotSupportedError` before any request.
     """
 
     max_tokens_key = "max_tokens"
@@ -404,6 +407,12 @@ class VLLMModel(TokenModel):
 
     def _structured_output_params(self, schema: dict[str, Any]) -> dict[str, Any]:
         return {"structured_outputs": {"json": schema}}
+
+    async def _check_images_supported(self) -> None:
+        raise ImagesNotSupportedError(
+            "VLLMModel does not send images: vLLM's token-id endpoints (/inference/v1/generate, /v1/completions with "
+            "a token-id prompt) take no image data from strands-tito yet; use SGLangModel for vision-language agents"
+        )
 
 
 # -- reply parsing --------------------------------------------------------------------------------------------------

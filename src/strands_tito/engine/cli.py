@@ -55,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--reasoning-parser", choices=["qwen3"], default=None, help="split <think>...</think> off chat replies"
     )
+    parser.add_argument(
+        "--image-understanding",
+        action="store_true",
+        help="report has_image_understanding on /model_info and accept image_data (one <|image_pad|> per image)",
+    )
     return parser
 
 
@@ -99,6 +104,7 @@ def engine_main(argv: list[str] | None = None) -> int:
         record_path=args.record,
         openai_flavor=args.openai_flavor,
         reasoning_parser=args.reasoning_parser,
+        image_understanding=args.image_understanding,
         eos_token_ids=eos_token_ids,
     )
 
