@@ -150,6 +150,9 @@ def replies(render: Renderer, prompts: list[list[dict[str, Any]]], turns: list[T
         if turns[k].reasoning and turns[k].reasoning not in rest and rest.startswith("</think>"):
             # The template drops the reasoning even of the last turn (DeepSeek-V3.1); the model wrote it.
             rest = turns[k].reasoning + rest
+        if spec.name == "gpt-oss" and turns[k].reasoning and turns[k].reasoning not in rest:
+            # The template renders analysis only before calls; before a final answer the model writes it as well.
+            rest = f"<|channel|>analysis<|message|>{turns[k].reasoning}<|end|><|start|>assistant{rest}"
         if spec.always_thinks and turns[k].reasoning not in rest:
             # The template drops reasoning it is given; the model writes it after the opened think block.
             rest = f"{turns[k].reasoning}\n</think>\n\n{rest}"
@@ -172,9 +175,7 @@ def without(text: str, parts: list[str]) -> str:
 
 
 #: Known gaps, left open (see the report of issue 9): the episode runs, one check is not met yet.
-KNOWN_GAPS: dict[str, str] = {
-    "gpt-oss-plain": "harmony analysis/final channels are not split into reasoning and answer text yet",
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _case_id(name: str, thinking: bool | None) -> str:
@@ -266,6 +267,7 @@ REASONING_REWRITES: dict[str, tuple[str, str]] = {
     "glm-4.7": ("<think>{}</think>", "</think>"),  # earlier turns re-rendered as a bare </think>
     "kimi-k2-thinking": ("<think>{}</think>", "<think></think>"),
     "deepseek-v3.1": ("<think>{}</think>", "<think></think>"),
+    "gpt-oss": ("<|channel|>analysis<|message|>{}<|end|><|start|>assistant", ""),
 }
 
 
@@ -273,6 +275,9 @@ def rewritten(name: str, text: str, dropped: list[Turn]) -> str:
     """``text`` with the reasoning of the ``dropped`` turns rewritten as the family's template re-renders it."""
     if name not in REASONING_REWRITES:
         return text
+    if name == "gpt-oss" and dropped:
+        # A final answer ends <|return|> as generated; the template re-renders it <|end|> once a user turn follows.
+        text = text.replace("<|return|>", "<|end|>")
     block, replacement = REASONING_REWRITES[name]
     position = 0
     for turn in dropped:

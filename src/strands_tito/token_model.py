@@ -44,7 +44,7 @@ from .client import (
     SGLangThrottledError,
 )
 from .prompt import PromptEncoder
-from .reasoning import split_reasoning
+from .reasoning import split_harmony, split_reasoning
 from .tool_parsers import ToolCall, ToolParser, get_tool_parser, warn_foreign_markup
 from .trajectory import FinishReason, Trajectory, TrajectoryError
 
@@ -430,7 +430,10 @@ class TokenModel(Model):
             raise self.response_error(f"{reply.source} reply cannot be recorded: {e}") from e
         state.cursor = len(messages) + 1
         parser = self.tool_parser
-        reasoning, answer = split_reasoning(text, parser.think_start, parser.think_end)
+        if parser.name == "gpt_oss":  # harmony: analysis messages are the reasoning, final messages the answer
+            reasoning, answer = split_harmony(text)
+        else:
+            reasoning, answer = split_reasoning(text, parser.think_start, parser.think_end)
         state.last_output_text = answer
 
         calls = self.tool_parser.parse(text, tool_specs) if tool_specs else []
