@@ -22,6 +22,7 @@ SOURCE_ROOTS = [ROOT / "src", ROOT / "collector", ROOT / "exporters"]
 BOTTOM = {
     "strands_tito.trajectory",
     "strands_tito.spans",
+    "strands_tito.span_images",
     "strands_tito.records",
     "strands_tito.assembly",
     "strands_tito.otlp",
