@@ -1,11 +1,14 @@
 """Collector ingest throughput (durable and not) and memory with many trajectories in flight.
 
-    python benchmarks/collector_throughput.py [--quick] [--write BENCHMARKS.md]
+    python benchmarks/collector_throughput.py [--quick] [--write BENCHMARKS.md] [--compare-with GIT_REF]
 
 Throughput: ready-made OTLP export requests of packed strands-tito spans go through the collector's ingest path
 (protobuf parse, validation, SQLite commit, assembly) in this process; process CPU time gives spans/s and
 tokens/s per core. "Durable" is the default store (WAL, synchronous=NORMAL, committed before the acknowledgement);
 "not durable" turns SQLite syncing and journaling off.
+
+``--compare-with REF`` also measures the durable ingest of the code at git ``REF`` (e.g. the commit before a
+change), in subprocesses interleaved round by round with the working tree's, and reports both medians.
 
 Memory: 1,000 trajectories of 32k tokens each are sent without their end signals (all in flight at once) and the
 process's peak RSS growth is compared with the store's size.
@@ -15,8 +18,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
+import os
 import random
 import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -110,11 +117,56 @@ def memory(trajectories: int, tokens: int) -> dict[str, Any]:
     }
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def compare(ref: str, count: int, tokens: int, rounds: int) -> list[str]:
+    """Durable ingest of ``ref`` against the working tree, interleaved in subprocesses; Markdown lines."""
+    results: dict[str, list[float]] = {"before": [], "after": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "archive", ref, "src", "collector", "exporters"], cwd=ROOT, check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        # Earlier entries of PYTHONPATH come before the editable install's paths: the old code is imported.
+        old_path = os.pathsep.join(str(Path(tmp) / d) for d in ("src", "collector", "exporters"))
+        for _ in range(rounds):
+            for label, path in (("before", old_path), ("after", "")):
+                env = {**os.environ, "PYTHONPATH": path} if path else dict(os.environ)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", str(count), str(tokens)],
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+                results[label].append(json.loads(out.strip().splitlines()[-1])["spans_per_s"])
+    before, after = statistics.median(results["before"]), statistics.median(results["after"])
+    return [
+        "",
+        f"Before/after `{ref}` (durable store, {rounds} interleaved rounds of {count} trajectories in fresh processes; "
+        "median spans/s per core):",
+        "",
+        "| code | spans/s per core (median) | all rounds |",
+        "|---|---|---|",
+        f"| before (`{ref}`) | {before:,.0f} | {', '.join(f'{x:,.0f}' for x in results['before'])} |",
+        f"| after (working tree) | {after:,.0f} | {', '.join(f'{x:,.0f}' for x in results['after'])} |",
+        "",
+        f"Change: {100 * (after / before - 1):+.1f}%.",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--write", type=Path)
+    parser.add_argument("--compare-with", metavar="GIT_REF")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--one", nargs=2, type=int, help=argparse.SUPPRESS)  # a single durable run, as JSON
     args = parser.parse_args()
+    if args.one:
+        print(json.dumps(throughput(True, *args.one)))
+        return
     count, tokens = (40, 32_768) if args.quick else (200, 32_768)
     rows = [throughput(True, count, tokens), throughput(False, count, tokens)]
     mem = memory(100 if args.quick else 1000, 32_768)
@@ -138,6 +190,8 @@ def main() -> None:
         f"Memory with {mem['trajectories']:,} trajectories of {mem['tokens_each']:,} tokens in flight (no end signals "
         f"yet): peak RSS grew by {mem['rss_growth_mb']:.0f} MB while the store holds {mem['store_mb']:.0f} MB.",
     ]
+    if args.compare_with:
+        lines += compare(args.compare_with, count, tokens, args.rounds)
     text = "\n".join(lines) + "\n"
     print(text)
     if args.write:

@@ -8,7 +8,7 @@ import logging
 
 from strands import Agent, tool
 
-from strands_tito import SGLangModel, ToolLimiter, get_client_from_slime_args
+from strands_tito import SGLangModel, ToolLimiter, decode_routed_experts, get_client_from_slime_args
 from strands_tito.tool_parsers import HermesToolParser
 
 try:
@@ -77,7 +77,9 @@ async def generate(args, sample: Sample, sampling_params) -> Sample:
     sample.rollout_log_probs = tm.logprobs[prompt_len:]
     sample.response_length = len(sample.tokens) - prompt_len
     sample.response = model.tokenizer.decode(sample.tokens[prompt_len:], skip_special_tokens=False)
-    sample.rollout_routed_experts = tm.decode_routed_experts(args.num_layers, args.moe_router_topk)
+    sample.rollout_routed_experts = decode_routed_experts(
+        model.routed_experts, seq_len=len(tm.token_ids), num_layers=args.num_layers, top_k=args.moe_router_topk
+    )
 
     # Record tool call stats for reward computation if needed
     # Multiple parallel tool calls count as one tool_iter

@@ -140,10 +140,13 @@ async def test_out_of_order_split_and_duplicated_arrival(collector: Collector, t
     assert_record(records[a.trajectory_id], a)
     assert_record(records[b.trajectory_id], b)
     assert collector.metrics.duplicates == 4
-    # A retry arriving after the trajectory was written is not written again.
+    # A retry arriving after the trajectory was written is not written again ...
     async with httpx.AsyncClient() as http:
+        r = await http.post(url(collector), content=make_request([pieces[1]]).SerializeToString(), headers=PB)
+        assert r.status_code == 200
+        # ... while new spans reusing the written trajectory's id are refused, never silently dropped.
         r = await http.post(url(collector), content=make_request(all_spans(a)).SerializeToString(), headers=PB)
-    assert r.status_code == 200
+        assert r.status_code == 400 and b"cannot be reused" in r.content
     await asyncio.sleep(0.3)
     assert len((tmp_path / "out.jsonl").read_text().splitlines()) == 2
 

@@ -89,9 +89,18 @@ class CollectorProcess:
 
 
 def requests_for(trajectories: list[Trajectory], rng: random.Random) -> list[bytes]:
-    """All spans, shuffled, in requests of 1-5 spans (the way batches from many agents interleave)."""
-    spans = [s for t in trajectories for s in all_spans(t, reward=float(len(t)))]
+    """All spans, shuffled, in requests of 1-5 spans (the way batches from many agents interleave).
+
+    Turns and rewards come in any order; each trajectory's end signal comes after them, as capture emits it last (a
+    span arriving after its trajectory was written is refused, not merged).
+    """
+    spans = [s for t in trajectories for s in all_spans(t, reward=float(len(t)))[:-1]]
     rng.shuffle(spans)
+    for t in trajectories:
+        last = max(
+            i for i, s in enumerate(spans) if attributes_of(s.attributes)[schema.TRAJECTORY_ID] == t.trajectory_id
+        )
+        spans.insert(rng.randint(last + 1, len(spans)), all_spans(t)[-1])
     bodies = []
     while spans:
         n = rng.randint(1, 5)

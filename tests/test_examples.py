@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import transformers
 
-from strands_tito.engine import Reply, Script
+from strands_tito.engine import Reply, Script, routed_experts_for
 
 from .conftest import generate_records
 
@@ -76,5 +76,21 @@ def test_slime_generate_example(start_engine, qwen3, monkeypatch) -> None:  # ty
     assert len(result.loss_mask) == len(result.rollout_log_probs) == result.response_length
     assert "42" in qwen3.decode(records[1].input_ids)  # the tool really ran
     assert (result.tool_iters, result.tool_calls) == (1, 1)
+    # The seed's module-level decode_routed_experts(model.routed_experts, seq_len=..., num_layers=..., top_k=...).
     assert isinstance(result.rollout_routed_experts, np.ndarray)
     assert result.rollout_routed_experts.shape == (len(result.tokens) - 1, 4, 2)
+    assert np.array_equal(result.rollout_routed_experts, routed_experts_for(result.tokens, 0, 4, 2, 16))
+
+
+def test_slime_example_keeps_the_seed_routing_call() -> None:
+    """The seed's R3 call stays as the seed documents wrote it (it was once rewritten to avoid a missing feature)."""
+    calls = [
+        node
+        for node in ast.walk(ast.parse((EXAMPLES / "slime_generate.py").read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "decode_routed_experts"
+    ]
+    assert len(calls) == 1
+    assert ast.unparse(calls[0]) == (
+        "decode_routed_experts(model.routed_experts, seq_len=len(tm.token_ids), num_layers=args.num_layers, "
+        "top_k=args.moe_router_topk)"
+    )

@@ -332,7 +332,7 @@ def test_call_span_decoding() -> None:
     assert decoded.output_logprobs == [None, -1.0] and decoded.finish_reason == "length"
     with pytest.raises(spans.SpanSchemaError, match="differ in length"):
         spans.decode_span({**attributes, spans.OUTPUT_LOGPROBS: spans.encode_logprobs([None], "packed")})
-    with pytest.raises(spans.SpanSchemaError, match="negative call index"):
+    with pytest.raises(spans.SpanSchemaError, match=r"tito\.call\.index is -1, outside"):
         spans.decode_span({**attributes, spans.CALL_INDEX: -1})
     end = spans.decode_span(_call_spans()[-1])
     assert isinstance(end, spans.EndSpan) and end.unit == "calls"

@@ -71,9 +71,9 @@ def test_routed_experts_join_to_one_row_per_position_but_the_last() -> None:
     decoded = t.decode_routed_experts(2, 2)
     assert decoded.shape == (len(t) - 1, 2, 2) and decoded.dtype == np.int32
     assert decoded[4, 0, 0] == 1000
-    assert np.array_equal(decode_routed_experts(t.routed_experts, 2, 2), decoded)
+    assert np.array_equal(decode_routed_experts(t.routed_experts, num_layers=2, top_k=2), decoded)
     with pytest.raises(ValueError, match="rows"):
-        decode_routed_experts(t.routed_experts, 3, 5)
+        decode_routed_experts(t.routed_experts, num_layers=3, top_k=5)
 
 
 def test_packed_views_follow_the_lists() -> None:

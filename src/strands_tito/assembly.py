@@ -280,16 +280,20 @@ class TrajectoryAssembler:
             self._finished.popitem(last=False)
         turns: Mapping[int, TurnSpan | SpanRef] = pending.turns
         calls: Mapping[int, CallSpan | SpanRef] = pending.calls
-        if self._load is not None and any(isinstance(s, SpanRef) for s in (*turns.values(), *calls.values())):
-            turns, calls = self._load(tid)
-        record = build_record(
-            tid,
-            cast(Mapping[int, TurnSpan], turns),
-            pending.end,
-            pending.conflicts,
-            missing_end_reason,
-            calls=cast(Mapping[int, CallSpan], calls),
-        )
+        try:
+            if self._load is not None and any(isinstance(s, SpanRef) for s in (*turns.values(), *calls.values())):
+                turns, calls = self._load(tid)
+            record = build_record(
+                tid,
+                cast(Mapping[int, TurnSpan], turns),
+                pending.end,
+                pending.conflicts,
+                missing_end_reason,
+                calls=cast(Mapping[int, CallSpan], calls),
+            )
+        except Exception as e:  # a bug or bad data must cost this trajectory only, never the reader
+            logger.exception("trajectory_id=<%s> | could not be assembled; written as incomplete", tid)
+            record = quarantined(tid, e)
         record.rewards = [r.value for r in sorted(pending.rewards, key=lambda r: r.time_unix_nano)]
         record.trace_ids = pending.trace_ids
         record.resource = pending.resource
@@ -298,6 +302,12 @@ class TrajectoryAssembler:
         else:
             self.stats.incomplete += 1
         return record
+
+
+def quarantined(tid: str, error: BaseException) -> TrajectoryRecord:
+    """The record of a trajectory that could not be assembled: no tokens, incomplete, with the reason."""
+    reason = f"quarantined: could not be assembled: {type(error).__name__}: {error}"
+    return TrajectoryRecord(trajectory_id=tid, trajectory=Trajectory(trajectory_id=tid), complete=False, reason=reason)
 
 
 def build_record(
@@ -317,7 +327,7 @@ def build_record(
     if calls or (end is not None and end.unit == "calls"):
         return build_call_record(tid, calls or {}, end, conflicts, missing_end_reason, turns=turns)
     trajectory = Trajectory(trajectory_id=tid)
-    problems = list(conflicts)
+    problems = list(conflicts) + dropped_by_capture(end)
     model_id = None
     errors: list[dict[str, str]] = []
     expected_turns = end.turns if end is not None else (max(turns) + 1 if turns else 0)
@@ -332,6 +342,14 @@ def build_record(
                 f"turns before it add up to {len(trajectory)} tokens (crc {trajectory.crc32})"
             )
             break
+        urls = [image.data_url() for image in turn.images]
+        if None in urls:
+            lost = [i for i, url in enumerate(urls) if url is None]
+            problems.append(
+                f"turn {index}: images {lost} were over the capture size limit (STRANDS_TITO_MAX_IMAGE_BYTES) and "
+                "were not captured"
+            )
+            break
         try:
             trajectory.append_turn(
                 turn.prompt_ids,
@@ -343,6 +361,8 @@ def build_record(
                 request_id=turn.request_id,
                 weight_version=turn.weight_version,
                 routed_experts=base64.b64encode(turn.routed_experts).decode() if turn.routed_experts else None,
+                image_data=cast(list[str], urls),
+                image_token_id=turn.image_token_id,
             )
         except TrajectoryError as e:
             problems.append(f"turn {index} is invalid: {e}")
@@ -352,6 +372,8 @@ def build_record(
     extra = sorted(i for i in turns if i >= expected_turns)
     if extra:
         problems.append(f"turns {extra} come after the end signal's {expected_turns} turns")
+    if not trajectory.turns and not problems:
+        problems.append("no turns")  # an end signal alone is never a complete trajectory
     if end is None:
         problems.append(missing_end_reason or "no end signal")
     elif not problems and (end.length != len(trajectory) or end.crc32 != trajectory.crc32):
@@ -367,6 +389,15 @@ def build_record(
         model_id=model_id,
         tool_parse_errors=errors,
     )
+
+
+def dropped_by_capture(end: EndSpan | None) -> list[str]:
+    """What the end signal says the agent's capture dropped (its spool past the hard limit), as a problem."""
+    if end is None or not end.dropped:
+        return []
+    what = "calls" if end.unit == "calls" else "turns"
+    indices = f" ({what} {list(end.dropped_indices)})" if end.dropped_indices else ""
+    return [f"the agent's capture dropped {end.dropped} span(s){indices}: its spool was past its hard limit"]
 
 
 def _call_finish_reason(reason: str) -> FinishReason:
@@ -404,7 +435,7 @@ def build_call_record(
     prompt that does not extend the previous call (the server re-rendered the history differently) is reported in
     ``prefix_report``/``prefix_consistent`` and ends the merged ``trajectory`` there, but leaves the record complete.
     """
-    problems = list(conflicts)
+    problems = list(conflicts) + dropped_by_capture(end)
     if turns:
         problems.append(f"the trajectory holds both calls and turns {sorted(turns)}")
     expected_calls = end.turns if end is not None else (max(calls) + 1 if calls else 0)
@@ -418,6 +449,8 @@ def build_call_record(
     extra = sorted(i for i in calls if i >= expected_calls)
     if extra:
         problems.append(f"calls {extra} come after the end signal's {expected_calls} calls")
+    if not ordered and not problems:
+        problems.append("no calls")
     length, crc32 = 0, 0
     for call in ordered:
         length += len(call.prompt_ids) + len(call.output_ids)

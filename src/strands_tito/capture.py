@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 
 from . import spans as schema
 from .assembly import TrajectoryAssembler, TrajectoryRecord
+from .span_images import encode_images, max_image_bytes
 from .trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
@@ -61,6 +63,9 @@ class CallSequence(Protocol):
 
 
 _open: dict[str, Trajectory | CallSequence] = {}  # trajectories with turns on spans and no end signal yet
+# Turn/call spans the OTLP spool had to drop past its hard limit, per trajectory: (count, indices). The end signal
+# carries them, so the collector's record says exactly what is missing.
+_dropped: dict[str, tuple[int, list[int]]] = {}
 _last_active: Trajectory | CallSequence | None = None
 _exit_hook_registered = False
 
@@ -128,8 +133,13 @@ def record_turn(
     model_id: str | None,
     tool_parse_errors: Sequence[dict[str, str]] = (),
     routed_experts: bytes | None = None,
+    image_token_id: int | None = None,
 ) -> None:
-    """Put one recorded turn on the current span (Strands' ``chat`` span inside ``Model.stream``)."""
+    """Put one recorded turn on the current span (Strands' ``chat`` span inside ``Model.stream``).
+
+    The turn's images go on the span as ``tito.images``; an image over ``STRANDS_TITO_MAX_IMAGE_BYTES`` goes as its
+    hash only (logged here; the assembled trajectory is then incomplete at this turn).
+    """
     global _last_active
     _last_active = trajectory
     span = trace.get_current_span()
@@ -169,8 +179,26 @@ def record_turn(
         model_id=model_id,
         tool_parse_errors=tool_parse_errors,
         routed_experts=routed_experts,
+        images=_turn_images(trajectory, turn, image_token_id),
     )
     _put_on_span(span, attributes, trajectory)
+
+
+def _turn_images(trajectory: Trajectory, turn: Turn, token_id: int | None) -> bytes | None:
+    if not turn.image_data:
+        return None
+    limit = max_image_bytes()
+    value, omitted = encode_images(turn.image_data, token_id, limit)
+    if omitted:
+        logger.warning(
+            "trajectory_id=<%s>, turn=<%d>, images=<%s>, limit=<%d> | images over STRANDS_TITO_MAX_IMAGE_BYTES go "
+            "on the span as their hash only; the captured trajectory will be incomplete",
+            trajectory.trajectory_id,
+            turn.index,
+            omitted,
+            limit,
+        )
+    return value
 
 
 def record_call(
@@ -226,12 +254,25 @@ def _put_on_span(span: Any, attributes: dict[str, Any], owner: Trajectory | Call
     _register_exit_hook()
 
 
+def note_dropped(trajectory_id: str, index: int | None) -> None:
+    """Count a span of ``trajectory_id`` (turn or call ``index``) capture could not keep; its end signal says so."""
+    with _lock:
+        count, indices = _dropped.get(trajectory_id, (0, []))
+        if index is not None:
+            indices.append(index)
+        _dropped[trajectory_id] = (count + 1, indices)
+
+
 def end_trajectory(trajectory: Trajectory | CallSequence, reason: str) -> None:
     """Emit the end signal of a trajectory whose turns (or calls) went out on spans (once; later calls do nothing)."""
     with _lock:
         if _open.pop(trajectory.trajectory_id, None) is None:
             return
+        dropped, dropped_indices = _dropped.pop(trajectory.trajectory_id, (0, []))
     unit: dict[str, Any] = {}
+    if dropped:
+        unit[schema.END_DROPPED] = dropped
+        unit[schema.END_DROPPED_INDICES] = sorted(dropped_indices)
     if isinstance(trajectory, Trajectory):
         turns, length, crc32 = len(trajectory.turns), len(trajectory), trajectory.crc32
     else:
@@ -251,10 +292,41 @@ def end_trajectory(trajectory: Trajectory | CallSequence, reason: str) -> None:
     _tracer.start_span(schema.SPAN_END, context=Context(), attributes=attributes).end()
 
 
-def end_when_collected(owner: object, trajectory: Trajectory | CallSequence) -> None:
-    """End ``trajectory`` when ``owner`` (the per-agent state holding it) is garbage-collected."""
-    finalizer = weakref.finalize(owner, end_trajectory, trajectory, "released")
-    finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
+class AgentState(dict[str, Any]):
+    """The one per-agent capture state: one agent's trajectory, kept in the ``model_state`` Strands holds per agent.
+
+    Every strands-tito provider (and the stock-OpenAI capture) stores a subclass of it there; capture finds an agent's
+    trajectory by this type, without knowing the providers. Strands deep-copies ``model_state`` around every model
+    call; this object hands out itself instead, so the trajectory is neither copied (O(length) per turn) nor lost. As
+    a dict it serializes to ``{}`` with a session manager; a restored session then starts a new trajectory. The
+    trajectory gets its end signal ("released") when the state is garbage-collected.
+    """
+
+    def __init__(self, trajectory: Trajectory | CallSequence) -> None:
+        super().__init__()
+        self.trajectory = trajectory
+        finalizer = weakref.finalize(self, end_trajectory, trajectory, "released")
+        finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> AgentState:
+        return self
+
+    def __copy__(self) -> AgentState:
+        return self
+
+    # Identity, not dict contents: two agents' states are never "equal".
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return id(self)
+
+
+def state_of(agent: Any) -> AgentState | None:
+    """The capture state a strands-tito model keeps for ``agent`` (None before the agent's first model call)."""
+    model_state = getattr(agent, "_model_state", None)
+    found = [v for v in model_state.values() if isinstance(v, AgentState)] if isinstance(model_state, dict) else []
+    return found[0] if found else None
 
 
 def record_reward(
@@ -270,14 +342,8 @@ def record_reward(
         name: A label for the reward.
     """
     if trajectory is None and agent is not None:
-        from .sglang import STATE_KEY
-
-        state = getattr(agent, "_model_state", {}).get(STATE_KEY)
-        trajectory = getattr(state, "trajectory", None)
-        if trajectory is None:  # an agent on a stock OpenAI-compatible model
-            from .openai_capture import call_log_of
-
-            trajectory = call_log_of(agent)
+        state = state_of(agent)
+        trajectory = state.trajectory if state is not None else None
     trajectory = trajectory or _last_active
     if trajectory is None:
         raise ValueError("record_reward: no trajectory to attach the reward to (pass agent= or trajectory=)")
@@ -304,9 +370,17 @@ def shutdown_capture(timeout: float | None = None) -> None:
     if flush is None:
         return
     limit = timeout if timeout is not None else float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
+    deadline = time.monotonic() + limit
+    # strands-tito's own processors first, so that a slow processor of the application's cannot use up the time
+    # (the SDK stops flushing at the first processor that fails). The OTLP spool waits for the acknowledgement and,
+    # past the deadline, keeps what is left on disk for the next process.
+    for processor in list(getattr(provider, "_strands_tito_processors", [])):
+        left = deadline - time.monotonic()
+        if left <= 0 or not processor.force_flush(int(left * 1000)):
+            logger.warning("timeout=<%s> | strands-tito spans still undelivered at exit stay in the spool", limit)
     # The SDK's BatchSpanProcessor ignores this timeout; each export is still bounded by the exporter's own
     # deadline (OTEL_EXPORTER_OTLP_TIMEOUT), and no thread can be started to bound it at interpreter exit.
-    if not flush(int(limit * 1000)):
+    if not flush(int(max(deadline - time.monotonic(), 0) * 1000)):
         logger.error("timeout=<%s> | spans were still being exported at exit; some may be lost", limit)
 
 

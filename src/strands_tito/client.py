@@ -102,12 +102,13 @@ class SGLangClient:
     Args:
         base_url: Server root, e.g. ``http://127.0.0.1:30000``.
         max_connections: Size of the connection pool; set it to the number of concurrent rollouts.
-        timeout: Seconds to wait for one reply (a long generation counts against it).
+        timeout: Seconds to wait for one reply (a long generation counts against it); None waits forever.
         connect_timeout: Seconds to wait for a TCP connection.
         max_retries: Retries after the first attempt, for retryable failures only.
         backoff_base: First backoff delay in seconds; doubles each retry.
         backoff_max: Cap on one backoff delay.
         deadline: Overall seconds one :meth:`generate` call may take, retries and waits included.
+        retry_delay: strands-sglang 0.6's name for ``backoff_base`` (there a fixed delay; here the first one).
     """
 
     def __init__(
@@ -115,13 +116,16 @@ class SGLangClient:
         base_url: str,
         *,
         max_connections: int = 256,
-        timeout: float = 600.0,
+        timeout: float | None = 600.0,
         connect_timeout: float = 5.0,
         max_retries: int = 8,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
         deadline: float = 1800.0,
+        retry_delay: float | None = None,
     ) -> None:
+        if retry_delay is not None:
+            backoff_base = retry_delay
         self.base_url = base_url.rstrip("/")
         self.max_connections = max_connections
         self.timeout = timeout
@@ -179,6 +183,10 @@ class SGLangClient:
         if self._pool is not None:
             await self._pool.aclose()
             self._pool = None
+
+    async def close(self) -> None:
+        """Same as :meth:`aclose` (strands-sglang 0.6's name)."""
+        await self.aclose()
 
     async def __aenter__(self) -> Self:
         return self

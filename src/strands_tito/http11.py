@@ -52,7 +52,9 @@ class ConnectionPool:
     Bound to the event loop it is first used on (like any asyncio object); create one per loop.
     """
 
-    def __init__(self, host: str, port: int, *, max_connections: int, connect_timeout: float, timeout: float) -> None:
+    def __init__(
+        self, host: str, port: int, *, max_connections: int, connect_timeout: float, timeout: float | None
+    ) -> None:
         self.host = host
         self.port = port
         self.connect_timeout = connect_timeout

@@ -183,6 +183,53 @@ def otlp_exporter() -> SpanExporter:
     return HttpExporter()
 
 
+def otlp_endpoint() -> str:
+    """Where the standard variables send traces (for the spool's key: spans wait for the collector they were for)."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return f"{otlp_protocol()} {value}"
+    return f"{otlp_protocol()} default"
+
+
+def otlp_processor() -> SpanProcessor:
+    """The OTLP span processor capture adds: strands-tito spans through the disk spool (``STRANDS_TITO_SPOOL=0``:
+    the SDK's plain ``BatchSpanProcessor``, which drops spans when its queue is full), other spans batched as usual.
+
+    Raises:
+        CaptureConfigError: a spool setting is not a positive integer, or the spool directory cannot be used.
+    """
+    from .spool import Spool, default_spool_root, spool_key
+    from .spool_processor import (
+        DEFAULT_MAX_BYTES,
+        DEFAULT_QUEUE_BYTES,
+        DEFAULT_QUEUE_SPANS,
+        ENV_MAX_BYTES,
+        ENV_QUEUE_BYTES,
+        ENV_QUEUE_SPANS,
+        OtlpCaptureProcessor,
+        SpoolingSpanProcessor,
+        env_int,
+        spool_enabled,
+    )
+
+    if not spool_enabled():
+        return BatchSpanProcessor(otlp_exporter())
+    service = os.environ.get("OTEL_SERVICE_NAME", "").strip() or "unknown_service"
+    try:
+        limits = {
+            "max_bytes": env_int(ENV_MAX_BYTES, DEFAULT_MAX_BYTES),
+            "queue_spans": env_int(ENV_QUEUE_SPANS, DEFAULT_QUEUE_SPANS),
+            "queue_bytes": env_int(ENV_QUEUE_BYTES, DEFAULT_QUEUE_BYTES),
+        }
+        spool = Spool(default_spool_root() / spool_key(service, otlp_endpoint()))
+    except (ValueError, OSError) as e:
+        raise CaptureConfigError(f"trace spool: {e} (STRANDS_TITO_SPOOL_DIR, {ENV_MAX_BYTES}, ...)") from e
+    return OtlpCaptureProcessor(
+        SpoolingSpanProcessor(otlp_exporter(), spool, **limits), BatchSpanProcessor(otlp_exporter())
+    )
+
+
 def _configurator_exports_otlp() -> bool:
     names = {n.strip().lower() for n in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",")}
     return bool(names & _OTLP_EXPORTER_NAMES)
@@ -294,7 +341,7 @@ class _Switch:
             processors: list[SpanProcessor] = []
             otlp = self.request.otlp or (self.export_own_provider and provider in self.own)
             if otlp and provider not in self.otlp_covered:
-                processors.append(self._processor("otlp", lambda: BatchSpanProcessor(otlp_exporter())))
+                processors.append(self._processor("otlp", otlp_processor))
             for path in self.request.jsonl:
                 processors.append(self._processor(f"jsonl:{path}", functools.partial(TrajectorySpanProcessor, path)))
             add_processors(provider, processors)

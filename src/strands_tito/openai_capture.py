@@ -113,25 +113,12 @@ class CallLog:
         return self.calls, self.length, self.crc32
 
 
-class _CallState(dict[str, Any]):
-    """Per-agent state in Strands' ``model_state``; deep copies hand out the same object (like ``SGLangModel``'s)."""
+class _CallState(capture.AgentState):
+    """A stock ``OpenAIModel`` agent's capture state: its trajectory is a :class:`CallLog`."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.log = CallLog()
-        capture.end_when_collected(self, self.log)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _CallState:
-        return self
-
-    def __copy__(self) -> _CallState:
-        return self
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return id(self)
+        super().__init__(self.log)
 
 
 # -- reading token ids from replies ---------------------------------------------------------------------------------

@@ -52,31 +52,58 @@ def attributes_of(pairs: Any) -> dict[str, Any]:
 
 
 def parse_request(body: bytes, content_type: str = "application/x-protobuf") -> ExportTraceServiceRequest:
-    """Parse an ``ExportTraceServiceRequest`` from protobuf or OTLP/JSON (hex ids, as the OTLP spec says)."""
+    """Parse an ``ExportTraceServiceRequest`` from protobuf or OTLP/JSON (hex ids, as the OTLP spec says).
+
+    Raises:
+        OTLPDecodeError: the body is not such a request (any shape, nesting or encoding problem; never another error).
+    """
     request = ExportTraceServiceRequest()
     if "json" in content_type:
         try:
             data = json.loads(body)
+            if not isinstance(data, dict):
+                raise OTLPDecodeError(f"invalid OTLP/JSON: the body is a {type(data).__name__}, not an object")
             _hex_ids_to_base64(data)
             json_format.ParseDict(data, request, ignore_unknown_fields=True)
-        except (ValueError, TypeError, json_format.ParseError) as e:
-            raise OTLPDecodeError(f"invalid OTLP/JSON: {e}") from e
+        except OTLPDecodeError:
+            raise
+        except (ValueError, TypeError, AttributeError, RecursionError, json_format.ParseError) as e:
+            # RecursionError: deeply nested JSON; the others: any value of the wrong shape.
+            raise OTLPDecodeError(f"invalid OTLP/JSON: {type(e).__name__}: {str(e)[:300]}") from e
         return request
     try:
         request.ParseFromString(body)
-    except DecodeError as e:
+    except (DecodeError, RecursionError) as e:
         raise OTLPDecodeError(f"invalid OTLP protobuf: {e}") from e
     return request
 
 
-def _hex_ids_to_base64(data: Any) -> None:
+def _hex_ids_to_base64(data: dict[str, Any]) -> None:
     # OTLP/JSON spells trace and span ids in hex; protobuf's JSON mapping expects base64 for bytes fields.
-    for resource_spans in data.get("resourceSpans", []) if isinstance(data, dict) else []:
-        for scope_spans in resource_spans.get("scopeSpans", []):
-            for span in scope_spans.get("spans", []):
+    for resource_spans in _list(data, "resourceSpans"):
+        for scope_spans in _list(resource_spans, "scopeSpans"):
+            for span in _list(scope_spans, "spans"):
                 for key in ("traceId", "spanId", "parentSpanId"):
-                    if span.get(key):
-                        span[key] = base64.b64encode(bytes.fromhex(span[key])).decode()
+                    value = span.get(key)
+                    if value and not isinstance(value, str):
+                        raise OTLPDecodeError(f"invalid OTLP/JSON: {key} must be a hex string")
+                    if value:
+                        try:
+                            span[key] = base64.b64encode(bytes.fromhex(value)).decode()
+                        except ValueError:
+                            raise OTLPDecodeError(f"invalid OTLP/JSON: {key} {value[:40]!r} is not hex") from None
+
+
+def _list(data: Any, key: str) -> list[dict[str, Any]]:
+    """``data[key]`` as a list of objects (absent: empty), or a clear error naming the field."""
+    if not isinstance(data, dict):
+        raise OTLPDecodeError(f"invalid OTLP/JSON: expected an object holding {key}, got {type(data).__name__}")
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(item, dict) for item in value):
+        raise OTLPDecodeError(f"invalid OTLP/JSON: {key} must be a list of objects")
+    return value
 
 
 def iter_spans(request: ExportTraceServiceRequest) -> Iterator[ReceivedSpan]:

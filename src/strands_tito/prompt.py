@@ -1,34 +1,83 @@
 """Prompt tokenization: the whole chat template once, then only the messages that are new.
 
-Generated tokens are never re-tokenized. After the first turn, new messages (tool results, user turns) are rendered
-with the chat template *after a fixed stand-in conversation*, the stand-in's own rendering is cut off, and only the
-remaining text is encoded and appended. The model's output ends with its stop token; the template's end-of-turn
-text may go on after it (``<|im_end|>`` then ``\\n`` for ChatML), and that remainder is added to the new prompt
-tokens so the token stream reads exactly as the template would render it.
+Generated tokens are never re-tokenized, and the model's own stop token stays in the trajectory as generated.
+After the first turn, the new messages (tool results, user turns) are rendered with the chat template after a
+short stand-in tail: a system and user message, then the model's last assistant message in structured form (its
+tool calls with the model's call ids and names, its content replaced by a marker). The template's rendering of the
+assistant's end of turn is found after the marker: the stop token the model emitted (or, where the template writes
+another one, the template's own end-of-turn token), and only the text after it is encoded and appended. So a
+template that renders the last assistant message differently (Qwen3's empty think block), needs the assistant's
+``tool_calls`` before a tool message (gpt-oss), names the tool or call id in the result header (gpt-oss, Kimi-K2) or
+starts the tool message with the model's stop token (GLM's ``<|observation|>``) gives the same tokens as rendering
+the whole structured conversation, at a cost proportional to the new messages.
+
+Templates that list no tools (DeepSeek-V3.1) get the tool schemas in the system message instead
+(:func:`tools_system_text`). Each encoder checks its template on probe conversations when it is built, so a template
+the encoder cannot follow fails then, with the behaviour named, never mid-episode.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, Final
 
 from strands.types.content import Message, Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-# A stand-in conversation ending in an assistant turn: new messages are rendered after it, so templates that need
-# a user query before tool messages, or look at the previous message's role, render them as in a real conversation.
-_STAND_IN: list[dict[str, Any]] = [
-    {"role": "system", "content": "S"},
-    {"role": "user", "content": "U"},
-    {"role": "assistant", "content": "A"},
-]
-_MARK = "\u2063tito-end-of-turn\u2063"
+from .families import FAMILIES
+from .rendering import render_chat_template
+
+# The stand-in messages before the assistant message the new messages follow: templates that need a user query
+# before tool messages, or look at the previous message's role, then render the new messages as in a real
+# conversation.
+_STAND_IN: Final[list[dict[str, Any]]] = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+_MARK: Final = "\u2063tito-assistant-content\u2063"
+_PROBE_TOOL: Final = "tito_probe_tool"
+_PROBE_RESULT: Final = "tito-probe-result"
+_PROBE_USER: Final = "tito-probe-user"
+#: Every stop and end-of-turn token of the known families; the ones the tokenizer has are end-of-turn candidates.
+KNOWN_END_TOKENS: Final[tuple[str, ...]] = tuple(
+    dict.fromkeys(t for f in FAMILIES.values() for t in (*f.stop_tokens, *f.end_of_turn))
+)
+
+
+#: Image placeholder tokens of vision-language chat templates (one per image; the server expands it): Qwen-VL and
+#: Qwen3.5, LLaVA-style, Llama-3.2-Vision, Gemma-3, Pixtral/Mistral, Kimi-VL.
+KNOWN_IMAGE_TOKENS: Final[tuple[str, ...]] = (
+    "<|image_pad|>",
+    "<image>",
+    "<|image|>",
+    "<start_of_image>",
+    "[IMG]",
+    "<|media_pad|>",
+)
+#: Strands image formats and their MIME types.
+IMAGE_MIME: Final[dict[str, str]] = {
+    "png": "image/png",
+    "jpeg": "image/jpeg",
+    "jpg": "image/jpeg",
+    "gif": "image/gif",
+    "webp": "image/webp",
+}
 
 
 class PromptError(ValueError):
     """The conversation or chat template cannot be tokenized incrementally."""
+
+
+def image_data_url(block: Any) -> str:
+    """A Strands image content block (``{"format": "png", "source": {"bytes": ...}}``) as a base64 data URL."""
+    fmt = str(block.get("format", "")).lower()
+    mime = IMAGE_MIME.get(fmt)
+    if mime is None:
+        raise PromptError(f"image format {fmt!r} is not one of {sorted(IMAGE_MIME)}")
+    data = (block.get("source") or {}).get("bytes")
+    if not isinstance(data, bytes | bytearray) or not data:
+        raise PromptError("an image content block needs its bytes in source.bytes (locations are not fetched)")
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
 
 
 def _text_of(blocks: Sequence[Any]) -> str:
@@ -38,9 +87,35 @@ def _text_of(blocks: Sequence[Any]) -> str:
             parts.append(block["text"])
         elif "json" in block:
             parts.append(json.dumps(block["json"], ensure_ascii=False))
-        elif "image" in block or "document" in block or "video" in block:
-            raise PromptError("image, document and video content is not supported by strands-tito yet")
+        elif "image" in block:
+            raise PromptError("image content is only supported in user messages and tool results of SGLangModel")
+        elif "document" in block or "video" in block:
+            raise PromptError("document and video content is not supported by strands-tito yet")
     return "".join(parts)
+
+
+def _content_of(blocks: Sequence[Any], images: list[str] | None) -> str | list[dict[str, Any]]:
+    """Message content: text, or (with images, when ``images`` collects them) content parts in block order.
+
+    Each image becomes one ``{"type": "image"}`` part, which vision-language templates render as their placeholder;
+    its data URL is appended to ``images``, so the list follows prompt order.
+    """
+    if images is None or not any("image" in block for block in blocks):
+        return _text_of(blocks)
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        if "image" in block:
+            images.append(image_data_url(block["image"]))
+            parts.append({"type": "image"})
+            continue
+        text = _text_of([block])
+        if not text:
+            continue
+        if parts and parts[-1]["type"] == "text":
+            parts[-1]["text"] += text  # adjacent text blocks render as one, as without images
+        else:
+            parts.append({"type": "text", "text": text})
+    return parts
 
 
 def format_tool_specs(tool_specs: Sequence[ToolSpec] | None) -> list[dict[str, Any]] | None:
@@ -60,23 +135,30 @@ def format_tool_specs(tool_specs: Sequence[ToolSpec] | None) -> list[dict[str, A
     ]
 
 
-def format_messages(messages: Messages, system_prompt: str | None = None) -> list[dict[str, Any]]:
+def format_messages(
+    messages: Messages, system_prompt: str | None = None, images: list[str] | None = None
+) -> list[dict[str, Any]]:
     """Strands messages as chat-template messages.
 
-    Tool results become one ``tool`` message each, in the order the calls were made in the preceding assistant
-    message (Strands collects them in completion order). Assistant text is kept verbatim: it is the model's raw
+    With ``images`` given, image blocks of user messages and tool results become ``{"type": "image"}`` content parts
+    and their data URLs are appended to ``images`` in prompt order; without it an image raises :class:`PromptError`.
+
+    Tool results become one ``tool`` message each (with the call id and the tool's name, which some templates render
+    in the result header), in the order the calls were made in the preceding assistant message (Strands collects
+    them in completion order). Assistant text is kept verbatim: it is the model's raw
     output, tool-call markup included, so ``toolUse`` blocks are not rendered a second time.
     """
     out: list[dict[str, Any]] = []
     if system_prompt:
         out.append({"role": "system", "content": system_prompt})
     call_order: dict[str, int] = {}
+    call_names: dict[str, str] = {}
     for message in messages:
         content = message["content"]
         if message["role"] == "assistant":
-            call_order = {
-                block["toolUse"]["toolUseId"]: i for i, block in enumerate(b for b in content if "toolUse" in b)
-            }
+            uses = [b["toolUse"] for b in content if "toolUse" in b]
+            call_order = {use["toolUseId"]: i for i, use in enumerate(uses)}
+            call_names = {use["toolUseId"]: use["name"] for use in uses}
             entry: dict[str, Any] = {"role": "assistant", "content": _text_of(content)}
             reasoning = "".join(
                 b["reasoningContent"].get("reasoningText", {}).get("text", "")
@@ -89,11 +171,44 @@ def format_messages(messages: Messages, system_prompt: str | None = None) -> lis
             continue
         results = [block["toolResult"] for block in content if "toolResult" in block]
         results.sort(key=lambda r: call_order.get(r["toolUseId"], len(call_order)))
-        out.extend({"role": "tool", "tool_call_id": r["toolUseId"], "content": _text_of(r["content"])} for r in results)
-        text = _text_of([b for b in content if "toolResult" not in b])
+        out.extend(
+            {
+                "role": "tool",
+                "tool_call_id": r["toolUseId"],
+                "name": call_names.get(r["toolUseId"], ""),
+                "content": _content_of(r["content"], images),
+            }
+            for r in results
+        )
+        text = _content_of([b for b in content if "toolResult" not in b], images)
         if text or not results:
             out.append({"role": "user", "content": text})
     return out
+
+
+def tool_calls_of(message: Message) -> list[dict[str, Any]]:
+    """The ``toolUse`` blocks of a Strands assistant message as chat-template ``tool_calls`` (ids kept)."""
+    return [
+        {
+            "id": use["toolUseId"],
+            "type": "function",
+            "function": {"name": use["name"], "arguments": use["input"]},
+        }
+        for use in (block["toolUse"] for block in message["content"] if "toolUse" in block)
+    ]
+
+
+def tools_system_text(tools: list[dict[str, Any]]) -> str:
+    """The tool schemas as system-prompt text, for templates that render no tools list (DeepSeek-V3.1).
+
+    One JSON schema per line inside ``<tools></tools>``; the model's own call syntax is left to its training.
+    """
+    lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+    return f"## Tools\n\nYou can call the following tools, given as JSON schemas:\n<tools>\n{lines}\n</tools>"
+
+
+def _probe_call() -> dict[str, Any]:
+    return {"id": "call_0", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": {"a": 1}}}
 
 
 class PromptEncoder:
@@ -101,68 +216,281 @@ class PromptEncoder:
 
     Args:
         tokenizer: A Hugging Face tokenizer with a chat template.
-        enable_thinking: Passed to the template (Qwen3-style templates); None leaves the template's default.
+        enable_thinking: Passed to the template (Qwen3, GLM, DeepSeek-V3.1 ...); None leaves the template's default.
+        end_tokens: Tokens that end an assistant turn (the model's stop tokens and the template's end-of-turn
+            tokens). Default: the tokenizer's eos token, the token the template closes an assistant message with,
+            and those of :data:`KNOWN_END_TOKENS` the tokenizer has as added tokens.
+
+    Raises:
+        PromptError: The template cannot be followed incrementally; the message names the behaviour.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, *, enable_thinking: bool | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        enable_thinking: bool | None = None,
+        end_tokens: Sequence[str] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.template_kwargs: dict[str, Any] = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
-        self._stand_in_text = self.render(_STAND_IN, add_generation_prompt=False)
-        marked = self.render([*_STAND_IN[:2], {"role": "assistant", "content": _MARK}], add_generation_prompt=False)
-        if _MARK not in marked:
-            raise PromptError("the chat template does not render assistant content verbatim")
-        self.end_of_turn_ids: list[int] = self.encode(marked.split(_MARK, 1)[1])
+        self._added: dict[int, str] = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
+        self._stand_in_text = self._render_or_fail(_STAND_IN, "render a system and a user message", generation=False)
+        self.end_tokens: tuple[str, ...] = tuple(end_tokens) if end_tokens is not None else self._default_end_tokens()
+        if not self.end_tokens:
+            raise PromptError("no end-of-turn token: the tokenizer has no eos token and the template closes none")
+        self._end_ids = {i for i, text in self._added.items() if text in self.end_tokens}
+        self.tools_in_template = self._lists_tools()
+        self.numbers_calls = False
+        self._probe()
+
+    # -- rendering -------------------------------------------------------------------------------------------------
 
     def render(
         self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool
     ) -> str:
-        """Render messages with the chat template to text."""
-        text = self.tokenizer.apply_chat_template(
-            messages,
-            tools=cast(Any, tools),
-            add_generation_prompt=add_generation_prompt,
-            tokenize=False,
-            **self.template_kwargs,
+        """Render messages with the chat template to text (list-changing templates too, see :mod:`.rendering`)."""
+        return render_chat_template(
+            self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt, **self.template_kwargs
         )
-        if not isinstance(text, str):
-            raise PromptError("apply_chat_template(tokenize=False) did not return text")
-        return text
 
     def encode(self, text: str) -> list[int]:
         """Encode text with no extra special tokens (the template already placed them)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def first_prompt(
-        self, messages: Messages, tool_specs: Sequence[ToolSpec] | None, system_prompt: str | None
-    ) -> list[int]:
-        """The whole conversation rendered once (system, tools, messages, generation prompt) as token IDs."""
-        text = self.render(
-            format_messages(messages, system_prompt), tools=format_tool_specs(tool_specs), add_generation_prompt=True
+    def _render_or_fail(self, messages: list[dict[str, Any]], what: str, *, generation: bool) -> str:
+        try:
+            return self.render(messages, add_generation_prompt=generation)
+        except PromptError:
+            raise
+        except Exception as e:
+            raise PromptError(f"the chat template cannot {what}: {type(e).__name__}: {e}") from e
+
+    # -- construction-time checks ----------------------------------------------------------------------------------
+
+    def _default_end_tokens(self) -> tuple[str, ...]:
+        found: list[str] = []
+        eos = self.tokenizer.eos_token
+        if isinstance(eos, str) and eos:
+            found.append(eos)
+        closed = self._render_or_fail(
+            [*_STAND_IN, {"role": "assistant", "content": _MARK}, {"role": "user", "content": _PROBE_USER}],
+            "render a user message after an assistant message",
+            generation=True,
         )
-        return self.encode(text)
+        if _MARK not in closed:
+            raise PromptError("the chat template does not render assistant content verbatim")
+        # The first added token after the content is the template's end of an assistant turn (<|im_end|>, <|eot_id|>,
+        # GLM's <|user|> ...).
+        ids = self.encode(closed.split(_MARK, 1)[1])
+        first = next((self._added[i] for i in ids if i in self._added), None)
+        if first is not None:
+            found.append(first)
+        vocabulary = set(self._added.values())
+        found.extend(t for t in KNOWN_END_TOKENS if t in vocabulary)
+        return tuple(dict.fromkeys(found))
+
+    def _lists_tools(self) -> bool:
+        tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "", "parameters": {}}}
+        try:
+            text = self.render(_STAND_IN, tools=[tool], add_generation_prompt=True)
+        except Exception as e:
+            raise PromptError(f"the chat template cannot render a tools list: {type(e).__name__}: {e}") from e
+        return _PROBE_TOOL in text
+
+    def _probe(self) -> None:
+        """Follow one tool round and one new user turn the way an episode would, or fail naming the behaviour."""
+        call: Any = {"toolUse": {"toolUseId": "call_0", "name": _PROBE_TOOL, "input": {"a": 1}}}
+        calling: Message = {"role": "assistant", "content": [{"text": "x"}, call]}
+        answering: Message = {"role": "assistant", "content": [{"text": "x"}]}
+        result: Any = {"toolResult": {"toolUseId": "call_0", "status": "success", "content": [{"text": _PROBE_RESULT}]}}
+        results: Message = {"role": "user", "content": [result]}
+        question: Message = {"role": "user", "content": [{"text": _PROBE_USER}]}
+        stop = self.encode(self.end_tokens[0])
+        for previous, new, expected, behaviour in (
+            (calling, results, _PROBE_RESULT, "a tool result after an assistant tool call"),
+            (answering, question, _PROBE_USER, "a user message after an answer"),
+        ):
+            ids = self.continuation([new], previous, stop, behaviour=behaviour)
+            if expected not in str(self.tokenizer.decode(ids, skip_special_tokens=False)):
+                raise PromptError(f"the chat template does not render {behaviour} in the text after the stop token")
+        # Templates that number the calls of the whole conversation themselves and write that number into the result
+        # header (the llama.cpp copies of Kimi-K2-Instruct/-Thinking: "## Return of functions.N:IDX") need the earlier
+        # calls in the stand-in tail; the others render the same without them.
+        first = self.continuation([results], calling, stop, behaviour="a tool result after an assistant tool call")
+        self.numbers_calls = True
+        later = self.continuation(
+            [results], calling, stop, earlier_calls=1, behaviour="a tool result after earlier tool calls"
+        )
+        # (Templates that drop the content of a message with calls, Llama-3.x, are found from the bare stand-in's end,
+        # so they never get the earlier calls; their result headers carry no numbers.)
+        self.numbers_calls = first != later and _MARK in self.render(
+            [*_STAND_IN, {"role": "assistant", "content": _MARK, "tool_calls": tool_calls_of(calling)}],
+            add_generation_prompt=False,
+        )
+
+    # -- images ----------------------------------------------------------------------------------------------------
+
+    @property
+    def image_token(self) -> str | None:
+        """The placeholder token the template renders for one image (``<|image_pad|>`` ...), None if it renders none.
+
+        Found once, on first use, by rendering a user message and a tool result with an image part.
+        """
+        if not hasattr(self, "_image_token"):
+            self._image_token = self._find_image_token()
+        return self._image_token
+
+    def token_id(self, token: str) -> int:
+        """The id of one of the tokenizer's added tokens."""
+        return next(i for i, text in self._added.items() if text == token)
+
+    def _find_image_token(self) -> str | None:
+        image: dict[str, Any] = {"type": "image"}
+        probes = (
+            [_STAND_IN[0], {"role": "user", "content": [image, {"type": "text", "text": _PROBE_USER}]}],
+            [
+                *_STAND_IN,
+                {"role": "assistant", "content": "x", "tool_calls": [_probe_call()]},
+                {"role": "tool", "tool_call_id": "call_0", "name": _PROBE_TOOL, "content": [image]},
+            ],
+        )
+        found: set[str] = set()
+        for messages in probes:
+            try:
+                text = self.render(messages, add_generation_prompt=True)
+            except Exception:
+                return None  # a text-only template (content must be a string)
+            ids = self.encode(text)
+            tokens = {self._added[i] for i in ids if i in self._added and self._added[i] in KNOWN_IMAGE_TOKENS}
+            if len(tokens) != 1 or ids.count(self.token_id(next(iter(tokens)))) != 1:
+                return None  # no placeholder (or not one per image) in a user message or a tool result
+            found |= tokens
+        return found.pop() if len(found) == 1 else None
+
+    def _check_images(self, ids: list[int], images: int) -> None:
+        """One placeholder token per image, or a :class:`PromptError` naming what the template did."""
+        token = self.image_token
+        if token is None:
+            raise PromptError(
+                "the conversation has images but the chat template renders no image placeholder for an image part in "
+                f"a user message and a tool result (known placeholders: {list(KNOWN_IMAGE_TOKENS)}); use the "
+                "vision-language model's own tokenizer and template"
+            )
+        found = ids.count(self.token_id(token))
+        if found != images:
+            raise PromptError(f"the prompt holds {found} {token} placeholders for {images} images")
+
+    # -- prompts ---------------------------------------------------------------------------------------------------
+
+    def first_prompt(
+        self,
+        messages: Messages,
+        tool_specs: Sequence[ToolSpec] | None,
+        system_prompt: str | None,
+        images: list[str] | None = None,
+    ) -> list[int]:
+        """The whole conversation rendered once (system, tools, messages, generation prompt) as token IDs.
+
+        With ``images`` given, each image becomes one placeholder token (left for the server to expand) and its data
+        URL is appended to ``images`` in prompt order; without it an image raises :class:`PromptError`.
+        """
+        tools = format_tool_specs(tool_specs)
+        if tools and not self.tools_in_template:
+            # The template would drop the tools: they reach the model in the system message instead.
+            system_prompt = (
+                f"{system_prompt}\n\n{tools_system_text(tools)}" if system_prompt else tools_system_text(tools)
+            )
+            tools = None
+        before = len(images) if images is not None else 0
+        formatted = format_messages(messages, system_prompt, images)
+        ids = self.encode(self.render(formatted, tools=tools, add_generation_prompt=True))
+        if images is not None and (len(images) > before or self._image_token_in(ids)):
+            self._check_images(ids, len(images) - before)
+        return ids
+
+    def _image_token_in(self, ids: list[int]) -> bool:
+        """Whether placeholder tokens appear where no image was given (typed by the user, say): checked only when
+        the template has a placeholder at all."""
+        token = self.image_token if hasattr(self, "_image_token") else None
+        return token is not None and self.token_id(token) in ids
 
     def continuation(
-        self, new_messages: Sequence[Message], previous: Message | None, context: Sequence[int]
+        self,
+        new_messages: Sequence[Message],
+        previous: Message | None,
+        context: Sequence[int],
+        *,
+        earlier_calls: int = 0,
+        behaviour: str = "the new messages",
+        images: list[str] | None = None,
     ) -> list[int]:
         """Token IDs for messages added after the model's last output.
 
         Args:
             new_messages: Messages after the model's last assistant message.
-            previous: That assistant message (gives the order of its tool calls).
-            context: The trajectory so far; its tail decides how much of the end-of-turn text is still missing.
+            previous: That assistant message (its tool calls, with their ids, in the order the model wrote them).
+            context: The trajectory so far; its last token says whether the model ended its turn itself.
+            earlier_calls: How many tool calls the conversation held before ``previous`` (for templates that number
+                calls themselves, see :attr:`numbers_calls`).
+            behaviour: What is being rendered, for error messages.
+            images: Collects the data URLs of the new messages' images in prompt order (each image is one
+                placeholder token in the ids); without it an image raises :class:`PromptError`.
         """
         if not new_messages:
             raise PromptError("no new messages to tokenize after the model's last turn")
         history = [previous] if previous is not None else []
-        formatted = format_messages([*history, *new_messages])[len(history) :]
-        text = self.render([*_STAND_IN, *formatted], add_generation_prompt=True)
-        if not text.startswith(self._stand_in_text):
-            raise PromptError("the chat template renders earlier messages differently once more are added")
-        return self.encode(self._missing_end_of_turn(context) + text[len(self._stand_in_text) :])
+        before = len(images) if images is not None else 0
+        formatted = format_messages([*history, *new_messages], images=images)[len(history) :]
+        assistant: dict[str, Any] = {"role": "assistant", "content": _MARK}
+        calls = tool_calls_of(previous) if previous is not None else []
+        if calls:
+            assistant["tool_calls"] = calls
+        tail = [*_STAND_IN, assistant, *formatted]
+        if earlier_calls and self.numbers_calls:
+            tail = [_STAND_IN[0], *_earlier_calls(earlier_calls), *tail[1:]]
+        try:
+            text = self.render(tail, add_generation_prompt=True)
+        except Exception as e:
+            if len(calls) < 2:
+                raise PromptError(f"the chat template cannot render {behaviour}: {type(e).__name__}: {e}") from e
+            # Llama-3.x templates refuse several calls in one message; the calls are already in the trajectory as
+            # generated, and each result is rendered on its own, so one call is enough to render what follows.
+            assistant["tool_calls"] = calls[:1]
+            text = self.render(tail, add_generation_prompt=True)
+        ids = self.encode(self._after_end_of_turn(text, context, behaviour))
+        if images is not None and (len(images) > before or self._image_token_in(ids)):
+            self._check_images(ids, len(images) - before)
+        return ids
 
-    def _missing_end_of_turn(self, context: Sequence[int]) -> str:
-        end = self.end_of_turn_ids
-        for k in range(min(len(end), len(context)), 0, -1):
-            if list(context[-k:]) == end[:k]:
-                return str(self.tokenizer.decode(end[k:], skip_special_tokens=False))
-        return str(self.tokenizer.decode(end, skip_special_tokens=False))
+    def _after_end_of_turn(self, text: str, context: Sequence[int], behaviour: str) -> str:
+        start = text.find(_MARK)
+        # Templates that drop the content of a message with tool calls (Llama-3.x): search from the assistant turn.
+        start = start + len(_MARK) if start != -1 else len(self._stand_in_text)
+        after = text[start:]
+        last = context[-1] if context else None
+        emitted = self._added.get(last) if last is not None and last in self._end_ids else None
+        if emitted is not None and (position := after.find(emitted)) != -1:
+            # The model's stop token is the template's too (GLM's <|observation|> is also the tool message's first
+            # token): keep it as generated, append only what follows.
+            return after[position + len(emitted) :]
+        found = [(p, t) for t in self.end_tokens if (p := after.find(t)) != -1]
+        if not found:
+            raise PromptError(
+                f"the chat template closes the assistant turn before {behaviour} with none of the end-of-turn "
+                f"tokens {list(self.end_tokens)}"
+            )
+        position, token = min(found)
+        # The model stopped on another token (gpt-oss <|return|>, re-rendered <|end|>): keep the model's. Otherwise
+        # its turn was cut short and the template's end of turn closes it.
+        return after[position + len(token) :] if emitted is not None else after[position:]
+
+
+def _earlier_calls(count: int) -> list[dict[str, Any]]:
+    """A stand-in user query answered by ``count`` tool calls and their results."""
+    calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": {}}}
+        for i in range(count)
+    ]
+    results = [{"role": "tool", "tool_call_id": c["id"], "name": _PROBE_TOOL, "content": "R"} for c in calls]
+    return [{"role": "user", "content": "U"}, {"role": "assistant", "content": "", "tool_calls": calls}, *results]

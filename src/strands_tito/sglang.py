@@ -22,6 +22,7 @@ from .token_model import (
     Generation,
     GenerationRequest,
     HistoryRewrittenError,
+    ImagesNotSupportedError,
     TokenAbortedError,
     TokenModel,
     TokenResponseError,
@@ -33,6 +34,7 @@ __all__ = [
     "INVALID_TOOL_NAME",
     "STATE_KEY",
     "HistoryRewrittenError",
+    "ImagesNotSupportedError",
     "SGLangAbortedError",
     "SGLangConfig",
     "SGLangModel",
@@ -86,7 +88,8 @@ class SGLangModel(TokenModel):
         tokenizer: The policy's Hugging Face tokenizer, with its chat template.
         client: An :class:`SGLangClient`; shared clients pool connections across models.
         base_url: Server URL, used to create a client when ``client`` is not given.
-        tool_parser: How tool calls are read from output text (default :class:`HermesToolParser`).
+        tool_parser: How tool calls are read from output text: a parser, a registry name, or ``"auto"`` (the
+            default: chosen from the tokenizer's chat template, see ``strands_tito.tool_parsers``).
         **config: :class:`SGLangConfig` keys.
     """
 
@@ -103,7 +106,7 @@ class SGLangModel(TokenModel):
         tokenizer: PreTrainedTokenizerBase,
         client: SGLangClient | None = None,
         base_url: str | None = None,
-        tool_parser: ToolParser | None = None,
+        tool_parser: ToolParser | str | None = None,
         **config: Any,
     ) -> None:
         if client is None:
@@ -126,16 +129,31 @@ class SGLangModel(TokenModel):
         """Return the configuration."""
         return self.config
 
+    async def _check_images_supported(self) -> None:
+        # /model_info is asked once (cached on success), before the first request that carries images.
+        if not await self.client.is_multimodal():
+            raise ImagesNotSupportedError(
+                "the prompt has images but the served model does not understand images (/model_info reports "
+                "has_image_understanding false); serve a vision-language model"
+            )
+
     async def _generate(self, request: GenerationRequest) -> Generation:
         input_ids = request.input_ids
         return_logprob = request.return_logprob
         return_routed = request.record and bool(self.config.get("return_routed_experts", False))
+        images = request.image_data or None
+        if images and return_routed:
+            raise ImagesNotSupportedError(
+                "return_routed_experts with images is not supported: SGLang's routing covers the expanded image tokens"
+            )
         # Input logprobs start one token before the new prompt: SGLang reports null for the first position, and
         # prefix-cache reuse is capped at this value, so it must not be 0 on later turns. The first turn asks for
-        # none (-1), which keeps the shared system prompt cacheable across rollouts.
-        logprob_start = request.recorded - 1 if request.recorded else -1
+        # none (-1), which keeps the shared system prompt cacheable across rollouts. With images SGLang counts
+        # positions after expanding each placeholder, which the client cannot know: no input logprobs (-1 also
+        # leaves the whole prompt cacheable).
+        logprob_start = request.recorded - 1 if request.recorded and not images else -1
         if not request.record:
-            raw = await self.client.generate(input_ids, sampling_params=request.sampling_params)
+            raw = await self.client.generate(input_ids, sampling_params=request.sampling_params, image_data=images)
         else:
             raw = await self.client.generate(
                 input_ids,
@@ -147,8 +165,11 @@ class SGLangModel(TokenModel):
                 routed_experts_start_len=max(0, request.recorded - 1),
                 rid=uuid.uuid4().hex,
                 cancel_signal=request.cancel_signal,
+                image_data=images,
             )
-        return _parse_reply(raw, input_ids, request.new_prompt, logprob_start, return_logprob, return_routed)
+        return _parse_reply(
+            raw, input_ids, request.new_prompt, logprob_start, return_logprob, return_routed, expanded=bool(images)
+        )
 
     def _structured_output_params(self, schema: dict[str, Any]) -> dict[str, Any]:
         return {"json_schema": json.dumps(schema)}
@@ -165,8 +186,14 @@ def _parse_reply(
     logprob_start: int,
     want_logprobs: bool,
     want_routed: bool,
+    *,
+    expanded: bool = False,
 ) -> Generation:
-    """Validate a ``/generate`` reply against the request before anything is recorded."""
+    """Validate a ``/generate`` reply against the request before anything is recorded.
+
+    ``expanded``: the request carried images, so the server counts the prompt after expanding each placeholder
+    (at least one token per image).
+    """
     output_ids = raw.get("output_ids")
     meta = raw.get("meta_info")
     if not isinstance(meta, dict):
@@ -181,7 +208,9 @@ def _parse_reply(
         if not output_ids:
             raise SGLangResponseError("/generate reply finished without generating any token")
         prompt_tokens = meta.get("prompt_tokens")
-        if prompt_tokens != len(input_ids):
+        if expanded and type(prompt_tokens) is int and prompt_tokens >= len(input_ids):
+            pass
+        elif prompt_tokens != len(input_ids):
             raise SGLangResponseError(f"server counted {prompt_tokens!r} prompt tokens, {len(input_ids)} were sent")
 
     output_logprobs = prompt_logprobs = None

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .span_images import ImageSchemaError, SpanImage, decode_images
 from .trajectory import pack_int32
 
 SCHEMA_VERSION = 1
@@ -38,6 +39,7 @@ WEIGHT_VERSION = PREFIX + "weight_version"
 MODEL_ID = PREFIX + "model_id"
 TOOL_PARSE_ERRORS = PREFIX + "tool_parse_errors"
 ROUTED_EXPERTS = PREFIX + "routed_experts"
+IMAGES = PREFIX + "images"  # bytes: manifest + image bytes (span_images.py)
 REWARD_VALUE = PREFIX + "reward.value"
 REWARD_NAME = PREFIX + "reward.name"
 END_REASON = PREFIX + "end.reason"
@@ -47,11 +49,23 @@ END_CRC32 = PREFIX + "end.crc32"
 # Calls: one OpenAI-compatible chat completion of a stock provider, recorded whole (see ``call_attributes``).
 CALL_INDEX = PREFIX + "call.index"
 END_UNIT = PREFIX + "end.unit"  # "turns" (default when absent) | "calls"
+# Spans of the trajectory the agent's capture dropped past its spool's hard limit (absent: none), and their turn or
+# call indices; the assembler marks such a trajectory incomplete with exactly that reason.
+END_DROPPED = PREFIX + "end.dropped_spans"
+END_DROPPED_INDICES = PREFIX + "end.dropped_indices"
 
 # Most attributes one of our spans carries; start-up checks that the SDK's count limit leaves room for them plus
 # Strands' own (about 20 on a chat span).
 MAX_OWN_ATTRIBUTES = 20
 STRANDS_ATTRIBUTE_BUDGET = 40
+
+# Bounds a reader enforces so that anything it accepts can be assembled and written (a 1 MiB trajectory id would
+# be stored, logged and exported whole). Capture's own ids and names are far below them.
+MAX_TRAJECTORY_ID = 512
+MAX_NAME = 1024
+MAX_INDEX = 2**31 - 1
+FINISH_REASONS = ("stop", "length", "abort")
+END_UNITS = ("turns", "calls")
 
 SPAN_TURN = "chat"
 SPAN_REWARD = "tito.reward"
@@ -104,6 +118,8 @@ def _ids_array(value: Any, what: str) -> Any:
         raise SpanSchemaError(f"{what}: expected packed int32 bytes or an int array, got {type(value).__name__}")
     if ids.size and ids.min() < 0:
         raise SpanSchemaError(f"{what}: negative token id")
+    if ids.dtype != np.dtype("<i4") and ids.size and ids.max() > MAX_INDEX:  # packed int32 cannot exceed it
+        raise SpanSchemaError(f"{what}: token id beyond int32")
     return ids
 
 
@@ -112,13 +128,21 @@ def _logprobs_array(value: Any, what: str) -> Any:
     if isinstance(value, bytes):
         if len(value) % 4:
             raise SpanSchemaError(f"{what}: {len(value)} bytes is not a whole number of 4-byte values")
-        return np.frombuffer(value, dtype="<f4")
-    if isinstance(value, list | tuple) and (
+        values = np.frombuffer(value, dtype="<f4")
+    elif isinstance(value, list | tuple) and (
         set(map(type, value)) <= {int, float}  # one C-level pass; subclasses take the exact check below
         or all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
     ):
-        return np.array(value, dtype=np.float64)
-    raise SpanSchemaError(f"{what}: expected packed float32 bytes or a float array, got {type(value).__name__}")
+        try:
+            values = np.array(value, dtype=np.float64)
+        except OverflowError:
+            raise SpanSchemaError(f"{what}: logprob out of range") from None
+    else:
+        raise SpanSchemaError(f"{what}: expected packed float32 bytes or a float array, got {type(value).__name__}")
+    # NaN means "not asked for"; an infinity cannot be written as JSON and is no log-probability a trainer can use.
+    if np.isinf(values).any():
+        raise SpanSchemaError(f"{what}: a logprob is infinite")
+    return values
 
 
 def _ids_list(ids: Any) -> list[int]:
@@ -155,6 +179,9 @@ class TurnSpan:
     model_id: str | None = None
     tool_parse_errors: list[dict[str, str]] = field(default_factory=list)
     routed_experts: bytes | None = None
+    images: list[SpanImage] = field(default_factory=list)
+    """The images this turn's prompt tokens added, in prompt order (``tito.images``)."""
+    image_token_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -198,6 +225,10 @@ class EndSpan:
     unit: str = "turns"
     """``turns``, or ``calls`` for a call trajectory: then ``turns`` counts calls, ``length`` is the sum of every
     call's prompt and output lengths and ``crc32`` the running CRC-32 over each call's prompt then output ids."""
+    dropped: int = 0
+    """Spans of this trajectory the agent's capture dropped (spool past its hard limit): the record is incomplete."""
+    dropped_indices: tuple[int, ...] = ()
+    """The turn (or call) indices of those spans."""
 
 
 @dataclass(frozen=True)
@@ -235,8 +266,9 @@ def turn_attributes(
     model_id: str | None = None,
     tool_parse_errors: Sequence[Mapping[str, str]] = (),
     routed_experts: bytes | None = None,
+    images: bytes | None = None,
 ) -> dict[str, Any]:
-    """The attributes that put one turn on its ``chat`` span."""
+    """The attributes that put one turn on its ``chat`` span (``images``: from ``span_images.encode_images``)."""
     attributes: dict[str, Any] = {
         SCHEMA: SCHEMA_VERSION,
         KIND: "turn",
@@ -264,6 +296,8 @@ def turn_attributes(
         attributes[TOOL_PARSE_ERRORS] = json.dumps(list(tool_parse_errors)).encode()
     if routed_experts is not None:
         attributes[ROUTED_EXPERTS] = routed_experts
+    if images is not None:
+        attributes[IMAGES] = images
     return attributes
 
 
@@ -318,10 +352,12 @@ def _decode_call(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
     output_logprobs = _logprobs_array(_get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS)
     if len(output_logprobs) != len(output_ids):
         raise SpanSchemaError("logprob arrays and token arrays differ in length")
-    index = _get(attributes, CALL_INDEX, int)
-    if index < 0:
-        raise SpanSchemaError("negative call index")
-    finish_reason = _get(attributes, FINISH_REASON, str)
+    if not len(prompt_ids) or not len(output_ids):
+        raise SpanSchemaError("a call needs a non-empty prompt and output")
+    index = _get_int(attributes, CALL_INDEX, 0, MAX_INDEX)
+    finish_reason = _get_str(attributes, FINISH_REASON)
+    model_id = _opt_str_attr(attributes, MODEL_ID)
+    request_id = _opt_str_attr(attributes, REQUEST_ID)
     if not unpack:
         return SpanRef("call", trajectory_id, index, _digest(attributes))
     return CallSpan(
@@ -331,9 +367,59 @@ def _decode_call(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
         output_ids=_ids_list(output_ids),
         output_logprobs=_logprobs_list(output_logprobs),
         finish_reason=finish_reason,
-        model_id=_opt_str(attributes.get(MODEL_ID)),
-        request_id=_opt_str(attributes.get(REQUEST_ID)),
+        model_id=model_id,
+        request_id=request_id,
     )
+
+
+def _get_int(attributes: Mapping[str, Any], key: str, low: int, high: int) -> int:
+    """A required int attribute within ``[low, high]``."""
+    value: int = _get(attributes, key, int)
+    if not low <= value <= high:
+        raise SpanSchemaError(f"attribute {key} is {value}, outside [{low}, {high}]")
+    return value
+
+
+def _get_str(attributes: Mapping[str, Any], key: str, limit: int = MAX_NAME) -> str:
+    """A required string attribute of at most ``limit`` characters."""
+    value: str = _get(attributes, key, str)
+    if len(value) > limit:
+        raise SpanSchemaError(f"attribute {key} is longer than {limit} characters")
+    return value
+
+
+def _opt_str_attr(attributes: Mapping[str, Any], key: str, default: str | None = None) -> str | None:
+    """An optional string attribute: absent gives ``default``, present must be a bounded string."""
+    return _get_str(attributes, key) if key in attributes else default
+
+
+def _tool_parse_errors(raw: Any) -> list[dict[str, str]]:
+    """``tito.tool_parse_errors``: UTF-8 JSON (bytes, or a string) of a list of string-to-string objects."""
+    if raw is None:
+        return []
+    if not isinstance(raw, bytes | str):
+        raise SpanSchemaError(f"{TOOL_PARSE_ERRORS} must be bytes, got {type(raw).__name__}")
+    try:
+        errors = json.loads(raw)
+    except (ValueError, TypeError, RecursionError) as e:
+        raise SpanSchemaError(f"{TOOL_PARSE_ERRORS} is not JSON") from e
+    if not isinstance(errors, list) or not all(
+        isinstance(e, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in e.items()) for e in errors
+    ):
+        raise SpanSchemaError(f"{TOOL_PARSE_ERRORS} is not a list of string-to-string objects")
+    return errors
+
+
+def _routed_experts(raw: Any, prefix_length: int, new_tokens: int) -> bytes | None:
+    """``tito.routed_experts``: whole int32 rows for every position the turn routes (as Trajectory checks it)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, bytes):
+        raise SpanSchemaError(f"{ROUTED_EXPERTS} must be bytes")
+    rows = new_tokens if prefix_length else new_tokens - 1
+    if raw and rows > 0 and len(raw) % (4 * rows):
+        raise SpanSchemaError(f"{ROUTED_EXPERTS} has {len(raw)} bytes, not whole int32 rows for {rows} positions")
+    return raw
 
 
 def _get(attributes: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
@@ -362,7 +448,7 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
     version = _get(attributes, SCHEMA, int)
     if version != SCHEMA_VERSION:
         raise SpanSchemaError(f"unknown {SCHEMA} {version} (this reader knows {SCHEMA_VERSION})")
-    trajectory_id = _get(attributes, TRAJECTORY_ID, str)
+    trajectory_id = _get_str(attributes, TRAJECTORY_ID, MAX_TRAJECTORY_ID)
     if not trajectory_id:
         raise SpanSchemaError(f"empty {TRAJECTORY_ID}")
     kind = _get(attributes, KIND, str)
@@ -370,40 +456,47 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
         value = float(_get(attributes, REWARD_VALUE, (int, float)))
         if not math.isfinite(value):
             raise SpanSchemaError("reward is not a finite number")
-        return RewardSpan(trajectory_id, value, str(attributes.get(REWARD_NAME, "reward")), end_time_unix_nano)
+        name = _opt_str_attr(attributes, REWARD_NAME, "reward")
+        return RewardSpan(trajectory_id, value, name or "reward", end_time_unix_nano)
     if kind == "end":
-        return EndSpan(
-            trajectory_id,
-            str(attributes.get(END_REASON, "")),
-            _get(attributes, END_TURNS, int),
-            _get(attributes, END_LENGTH, int),
-            _get(attributes, END_CRC32, int),
-            str(attributes.get(END_UNIT, "turns")),
-        )
+        return _decode_end(attributes, trajectory_id)
     if kind == "call":
         return _decode_call(attributes, trajectory_id, unpack)
     if kind != "turn":
-        raise SpanSchemaError(f"unknown {KIND} {kind!r}")
+        raise SpanSchemaError(f"unknown {KIND} {kind[:64]!r}")
+    return _decode_turn(attributes, trajectory_id, unpack)
+
+
+def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool) -> TurnSpan | SpanRef:
     prompt_ids = _ids_array(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
     output_ids = _ids_array(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
     prompt_logprobs = _logprobs_array(_get(attributes, PROMPT_LOGPROBS, (bytes, list, tuple)), PROMPT_LOGPROBS)
     output_logprobs = _logprobs_array(_get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS)
     if len(prompt_logprobs) != len(prompt_ids) or len(output_logprobs) != len(output_ids):
         raise SpanSchemaError("logprob arrays and token arrays differ in length")
-    errors_raw = attributes.get(TOOL_PARSE_ERRORS)
-    try:
-        errors = json.loads(errors_raw) if errors_raw is not None else []
-    except (ValueError, TypeError) as e:
-        raise SpanSchemaError(f"{TOOL_PARSE_ERRORS} is not JSON") from e
-    routed = attributes.get(ROUTED_EXPERTS)
-    if routed is not None and not isinstance(routed, bytes):
-        raise SpanSchemaError(f"{ROUTED_EXPERTS} must be bytes")
-    index = _get(attributes, TURN_INDEX, int)
-    prefix_length = _get(attributes, PREFIX_LENGTH, int)
-    if index < 0 or prefix_length < 0:
-        raise SpanSchemaError("negative turn index or prefix length")
-    prefix_crc32 = _get(attributes, PREFIX_CRC32, int)
-    finish_reason = _get(attributes, FINISH_REASON, str)
+    errors = _tool_parse_errors(attributes.get(TOOL_PARSE_ERRORS))
+    index = _get_int(attributes, TURN_INDEX, 0, MAX_INDEX)
+    prefix_length = _get_int(attributes, PREFIX_LENGTH, 0, MAX_INDEX)
+    prefix_crc32 = _get_int(attributes, PREFIX_CRC32, 0, 2**32 - 1)
+    if not len(output_ids) or (prefix_length == 0 and not len(prompt_ids)):
+        raise SpanSchemaError("a turn needs output tokens, and the first turn a prompt")
+    routed = _routed_experts(attributes.get(ROUTED_EXPERTS), prefix_length, len(prompt_ids) + len(output_ids))
+    images: list[SpanImage] = []
+    image_token_id = None
+    if IMAGES in attributes:
+        try:
+            images, image_token_id = decode_images(attributes[IMAGES])
+        except ImageSchemaError as e:
+            raise SpanSchemaError(str(e)) from None
+        if image_token_id is not None and int((prompt_ids == image_token_id).sum()) != len(images):
+            raise SpanSchemaError(f"{IMAGES}: the prompt tokens hold a placeholder count other than {len(images)}")
+    finish_reason = _get_str(attributes, FINISH_REASON)
+    if finish_reason not in FINISH_REASONS:
+        raise SpanSchemaError(f"unknown {FINISH_REASON} {finish_reason[:64]!r} (one of {', '.join(FINISH_REASONS)})")
+    cached_tokens = _get_int(attributes, CACHED_TOKENS, 0, MAX_INDEX) if CACHED_TOKENS in attributes else 0
+    request_id = _opt_str_attr(attributes, REQUEST_ID)
+    weight_version = _opt_str_attr(attributes, WEIGHT_VERSION)
+    model_id = _opt_str_attr(attributes, MODEL_ID)
     if not unpack:
         return SpanRef("turn", trajectory_id, index, _digest(attributes))
     return TurnSpan(
@@ -416,17 +509,43 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
         output_ids=_ids_list(output_ids),
         output_logprobs=_logprobs_list(output_logprobs),
         finish_reason=finish_reason,
-        cached_tokens=int(attributes.get(CACHED_TOKENS, 0)),
-        request_id=_opt_str(attributes.get(REQUEST_ID)),
-        weight_version=_opt_str(attributes.get(WEIGHT_VERSION)),
-        model_id=_opt_str(attributes.get(MODEL_ID)),
+        cached_tokens=cached_tokens,
+        request_id=request_id,
+        weight_version=weight_version,
+        model_id=model_id,
         tool_parse_errors=errors,
         routed_experts=routed,
+        images=images,
+        image_token_id=image_token_id,
     )
 
 
-def _opt_str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _dropped_count(attributes: Mapping[str, Any]) -> int:
+    return _get_int(attributes, END_DROPPED, 0, MAX_INDEX) if END_DROPPED in attributes else 0
+
+
+def _dropped_indices(attributes: Mapping[str, Any]) -> list[int]:
+    value = attributes.get(END_DROPPED_INDICES, [])
+    if not isinstance(value, list | tuple) or not all(type(v) is int and 0 <= v <= MAX_INDEX for v in value):
+        raise SpanSchemaError(f"{END_DROPPED_INDICES} must be an array of turn indices")
+    return sorted(value)
+
+
+def _decode_end(attributes: Mapping[str, Any], trajectory_id: str) -> EndSpan:
+    """An end signal; it must announce at least one turn (an end alone is never a trajectory)."""
+    unit = _opt_str_attr(attributes, END_UNIT, "turns") or "turns"
+    if unit not in END_UNITS:
+        raise SpanSchemaError(f"unknown {END_UNIT} {unit[:64]!r}")
+    return EndSpan(
+        trajectory_id,
+        _opt_str_attr(attributes, END_REASON, "") or "",
+        _get_int(attributes, END_TURNS, 1, MAX_INDEX),
+        _get_int(attributes, END_LENGTH, 1, 2**62),
+        _get_int(attributes, END_CRC32, 0, 2**32 - 1),
+        unit,
+        _dropped_count(attributes),
+        tuple(_dropped_indices(attributes)),
+    )
 
 
 __all__ = [

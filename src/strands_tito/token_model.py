@@ -15,13 +15,14 @@ with vLLM's ``/inference/v1/generate`` or ``/v1/completions``.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import math
 import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
@@ -34,7 +35,7 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-from .capture import end_trajectory, end_when_collected, record_turn
+from .capture import AgentState, end_trajectory, record_turn
 from .client import (
     SGLangCancelledError,
     SGLangClient,
@@ -43,7 +44,8 @@ from .client import (
     SGLangThrottledError,
 )
 from .prompt import PromptEncoder
-from .tool_parsers import HermesToolParser, ToolCall, ToolParser
+from .reasoning import split_harmony, split_reasoning
+from .tool_parsers import ToolCall, ToolParser, get_tool_parser, warn_foreign_markup
 from .trajectory import FinishReason, Trajectory, TrajectoryError
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "Generation",
     "GenerationRequest",
     "HistoryRewrittenError",
+    "ImagesNotSupportedError",
     "TokenAbortedError",
     "TokenModel",
     "TokenResponseError",
@@ -65,6 +68,8 @@ T = TypeVar("T", bound=BaseModel)
 STATE_KEY = "strands_tito"
 #: Name given to a malformed tool call, one no tool can have.
 INVALID_TOOL_NAME = "invalid_tool_call"
+#: Creation order of per-agent states (``rollout_history`` keeps finished trajectories in that order).
+_STATE_ORDER = itertools.count()
 
 
 class TokenResponseError(SGLangClientError):
@@ -85,35 +90,22 @@ class HistoryRewrittenError(SGLangClientError):
     """
 
 
-class _AgentState(dict[str, Any]):
-    """Per-agent trajectory state, stored in the ``model_state`` Strands keeps for each agent.
+class ImagesNotSupportedError(SGLangClientError):
+    """The prompt has images but the provider or the served model cannot take them; raised before any request."""
 
-    Strands deep-copies ``model_state`` around every model call; this object hands out itself instead, so the
-    trajectory is neither copied (that would cost O(length) per turn) nor lost. As a dict it serializes to ``{}``
-    with a session manager; a restored session then starts a new trajectory.
-    """
+
+class _AgentState(AgentState):
+    """Per-agent trajectory state of a token-in/token-out model (see :class:`~strands_tito.capture.AgentState`)."""
+
+    trajectory: Trajectory
 
     def __init__(self, epoch: int) -> None:
-        super().__init__()
+        super().__init__(Trajectory())
         self.epoch = epoch
-        self.trajectory = Trajectory()
+        self.order = next(_STATE_ORDER)
         self.cursor = 0
         self.last_output_text: str | None = None
         self.tool_parse_errors: dict[str, int] = {}
-        end_when_collected(self, self.trajectory)
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> _AgentState:
-        return self
-
-    # Identity, not dict contents: two agents' states are never "equal".
-    def __eq__(self, other: object) -> bool:
-        return self is other
-
-    def __hash__(self) -> int:  # type: ignore[override]
-        return id(self)
-
-    def __copy__(self) -> _AgentState:
-        return self
 
 
 @dataclass(frozen=True)
@@ -129,6 +121,8 @@ class GenerationRequest:
         return_logprob: Whether the turn's logprobs are to be recorded.
         record: False for a generation that is not part of any trajectory (structured output).
         cancel_signal: Drop the request when this is set while it is in flight.
+        image_data: The images of the whole prompt as data URLs, in prompt order (one placeholder token each in
+            ``input_ids``; the server expands them). Empty for a text-only prompt.
     """
 
     input_ids: list[int]
@@ -139,6 +133,7 @@ class GenerationRequest:
     record: bool = True
     cancel_signal: threading.Event | None = None
     input_ids_json: bytes | None = None
+    image_data: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -192,13 +187,15 @@ class TokenModel(Model):
         *,
         tokenizer: PreTrainedTokenizerBase,
         client: SGLangClient,
-        tool_parser: ToolParser | None,
+        tool_parser: ToolParser | str | None,
         defaults: dict[str, Any],
         config: dict[str, Any],
     ) -> None:
         self.client = client
         self.tokenizer = tokenizer
-        self.tool_parser = tool_parser or HermesToolParser()
+        # None or "auto": the parser the tokenizer's chat template and special tokens call for (or a clear error).
+        parser = tool_parser if tool_parser is not None else "auto"
+        self.tool_parser = get_tool_parser(parser, tokenizer=tokenizer) if isinstance(parser, str) else parser
         self.config = dict(defaults)
         self.update_config(**config)
         self._epoch = 0
@@ -207,6 +204,8 @@ class TokenModel(Model):
         self._malformed_calls: dict[str, str] = {}
         self._hooked_agents: weakref.WeakSet[Any] = weakref.WeakSet()
         self._states: weakref.WeakSet[_AgentState] = weakref.WeakSet({self._default_state})
+        #: Finished trajectories, appended by :meth:`reset` (strands-sglang 0.6's ``rollout_history``).
+        self.rollout_history: list[Trajectory] = []
 
     # -- to implement ----------------------------------------------------------------------------------------------
 
@@ -223,6 +222,10 @@ class TokenModel(Model):
     def _structured_output_params(self, schema: dict[str, Any]) -> dict[str, Any]:
         """Sampling parameters that constrain the output to a JSON schema."""
         raise NotImplementedError
+
+    async def _check_images_supported(self) -> None:
+        """Raise :class:`ImagesNotSupportedError` unless this provider and its model take images (before sending)."""
+        raise ImagesNotSupportedError(f"{type(self).__name__} does not send images")
 
     # -- configuration -------------------------------------------------------------------------------------------
 
@@ -248,6 +251,11 @@ class TokenModel(Model):
         return self._last_state.trajectory
 
     @property
+    def rollout(self) -> Trajectory:
+        """Same as :attr:`token_manager` (strands-sglang 0.6's name; ``Rollout`` is :class:`Trajectory`)."""
+        return self._last_state.trajectory
+
+    @property
     def routed_experts(self) -> list[str]:
         """Per-turn base64 routed-expert slices of :attr:`token_manager`."""
         return self._last_state.trajectory.routed_experts
@@ -265,9 +273,13 @@ class TokenModel(Model):
     def reset(self) -> None:
         """Start a new episode: every agent's next call starts a new trajectory (earlier ones stay as they were).
 
+        The episode's non-empty trajectories are appended to :attr:`rollout_history` (in the order their agents
+        first called the model); it keeps every one until you clear it (``model.rollout_history.clear()``).
         Trajectories whose turns went out on spans get their end signal now.
         """
-        for state in list(self._states):
+        states = sorted(self._states, key=lambda s: s.order)
+        self.rollout_history.extend(s.trajectory for s in states if s.epoch == self._epoch and len(s.trajectory))
+        for state in states:
             end_trajectory(state.trajectory, "reset")
         self._epoch += 1
         self._default_state = _AgentState(self._epoch)
@@ -294,10 +306,11 @@ class TokenModel(Model):
         messages: Messages,
         tool_specs: list[ToolSpec] | None,
         system_prompt: str | None,
+        images: list[str],
     ) -> list[int]:
         trajectory = state.trajectory
         if not trajectory.turns:
-            return self._prompts.first_prompt(messages, tool_specs, system_prompt)
+            return self._prompts.first_prompt(messages, tool_specs, system_prompt, images)
         cursor = state.cursor
         previous = messages[cursor - 1] if 0 < cursor <= len(messages) else None
         if previous is None or previous["role"] != "assistant" or _plain_text(previous) != state.last_output_text:
@@ -306,7 +319,12 @@ class TokenModel(Model):
                 f"({len(messages)} messages now); strands-tito needs an append-only history "
                 "(use NullConversationManager)"
             )
-        return self._prompts.continuation(messages[cursor:], previous, trajectory.token_ids)
+        earlier = sum(
+            1 for m in messages[: cursor - 1] if m["role"] == "assistant" for b in m["content"] if "toolUse" in b
+        )
+        return self._prompts.continuation(
+            messages[cursor:], previous, trajectory.token_ids, earlier_calls=earlier, images=images
+        )
 
     async def _context_limit(self) -> int | None:
         limit = self.config.get("context_window_limit")
@@ -350,7 +368,12 @@ class TokenModel(Model):
             self._hooked_agents.add(agent)
 
         trajectory = state.trajectory
-        prompt_ids = self._prompt_ids(state, messages, tool_specs, system_prompt)
+        # Only the new messages' images are encoded (once); the earlier ones are kept on the trajectory.
+        new_images: list[str] = []
+        prompt_ids = self._prompt_ids(state, messages, tool_specs, system_prompt, new_images)
+        image_data = [*trajectory.image_data, *new_images]
+        if image_data:
+            await self._check_images_supported()
         input_ids = trajectory.token_ids + prompt_ids
         sampling_params = self._sampling_params()
         limit = await self._context_limit()
@@ -372,6 +395,7 @@ class TokenModel(Model):
             sampling_params=sampling_params,
             return_logprob=bool(self.config.get("return_logprob", True)),
             cancel_signal=cancel_signal,
+            image_data=image_data,
         )
         try:
             reply = await self._generate(request)
@@ -399,23 +423,38 @@ class TokenModel(Model):
                 request_id=reply.request_id,
                 weight_version=reply.weight_version,
                 routed_experts=reply.routed_experts,
+                image_data=new_images,
+                image_token_id=self._image_token_id() if image_data else None,
             )
         except TrajectoryError as e:
             raise self.response_error(f"{reply.source} reply cannot be recorded: {e}") from e
         state.cursor = len(messages) + 1
-        state.last_output_text = text
+        parser = self.tool_parser
+        if parser.name == "gpt_oss":  # harmony: analysis messages are the reasoning, final messages the answer
+            reasoning, answer = split_harmony(text)
+        else:
+            reasoning, answer = split_reasoning(text, parser.think_start, parser.think_end)
+        state.last_output_text = answer
 
         calls = self.tool_parser.parse(text, tool_specs) if tool_specs else []
+        warn_foreign_markup(self.tool_parser, text)
         record_turn(
             trajectory,
             turn,
+            image_token_id=self._image_token_id() if turn.image_data else None,
             model_id=self.config.get("model_id"),
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
             routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
         )
-        if text:
+        if reasoning:
+            # Reasoning reaches Strands as reasoning content, so the agent's answer text excludes it; the trajectory
+            # keeps the generated tokens as they are.
             yield {"contentBlockStart": {"start": {}}}
-            yield {"contentBlockDelta": {"delta": {"text": text}}}
+            yield {"contentBlockDelta": {"delta": {"reasoningContent": {"text": reasoning}}}}
+            yield {"contentBlockStop": {}}
+        if answer:
+            yield {"contentBlockStart": {"start": {}}}
+            yield {"contentBlockDelta": {"delta": {"text": answer}}}
             yield {"contentBlockStop": {}}
         for call in calls:
             for event in self._tool_use_events(state, call):
@@ -435,6 +474,10 @@ class TokenModel(Model):
         }
         metrics = {"latencyMs": round((reply.latency_s or 0.0) * 1000)}
         yield cast(StreamEvent, {"metadata": {"usage": usage, "metrics": metrics}})
+
+    def _image_token_id(self) -> int | None:
+        token = self._prompts.image_token
+        return None if token is None else self._prompts.token_id(token)
 
     def _tool_use_events(self, state: _AgentState, call: ToolCall) -> list[StreamEvent]:
         name = call.name
@@ -462,7 +505,10 @@ class TokenModel(Model):
     ) -> AsyncGenerator[dict[str, T | Any], None]:
         """Constrained decoding to the output model's JSON schema; not part of any trajectory."""
 
-        input_ids = self._prompts.first_prompt(prompt, None, system_prompt)
+        images: list[str] = []
+        input_ids = self._prompts.first_prompt(prompt, None, system_prompt, images)
+        if images:
+            await self._check_images_supported()
         sampling_params = {
             **self._sampling_params(),
             **self._structured_output_params(output_model.model_json_schema()),
@@ -474,6 +520,7 @@ class TokenModel(Model):
             sampling_params=sampling_params,
             return_logprob=False,
             record=False,
+            image_data=images,
         )
         try:
             reply = await self._generate(request)

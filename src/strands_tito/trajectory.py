@@ -8,6 +8,7 @@ leaves no partial segment behind.
 from __future__ import annotations
 
 import base64
+import re
 import sys
 import uuid
 import zlib
@@ -21,6 +22,9 @@ import orjson
 from numpy.typing import NDArray
 
 FinishReason = Literal["stop", "length", "abort"]
+#: What an image of a trajectory must look like: a base64 data URL of an image type (what SGLang's ``image_data``
+#: takes and what a trainer decodes without fetching anything).
+_DATA_URL = re.compile(r"data:image/[A-Za-z0-9.+-]+;base64,[A-Za-z0-9+/]+={0,2}")
 
 
 class TrajectoryError(ValueError):
@@ -59,6 +63,8 @@ class Turn:
     request_id: str | None = None
     weight_version: str | None = None
     routed_experts: str | None = None
+    image_data: tuple[str, ...] = ()
+    """Data URLs of the images this turn's new prompt tokens hold, in prompt order (one placeholder token each)."""
 
     @property
     def output_start(self) -> int:
@@ -80,6 +86,8 @@ class Turn:
             "latency_s": self.latency_s,
             "request_id": self.request_id,
             "weight_version": self.weight_version,
+            # How many of the trajectory's images this turn's new prompt added (the record's image_data holds them).
+            "images": len(self.image_data),
         }
 
 
@@ -146,6 +154,9 @@ class Trajectory:
     """``token_ids`` as the inside of a JSON array (``1,2,3``), grown with each turn: every request resends the
     whole trajectory, and this way only the new tokens are serialized."""
 
+    images: list[str] = field(default_factory=list, repr=False)
+    """Every turn's images in prompt order (:attr:`image_data`); grown only by :meth:`append_turn`."""
+
     def __len__(self) -> int:
         return len(self.token_ids)
 
@@ -169,6 +180,13 @@ class Trajectory:
         """Per-turn base64 routed-expert slices, in order (turns without one are skipped)."""
         return [t.routed_experts for t in self.turns if t.routed_experts is not None]
 
+    @property
+    def image_data(self) -> list[str]:
+        """The images of the trajectory's prompts as base64 data URLs, in prompt order (strands-sglang 0.6's
+        ``Rollout.image_data``): what SGLang received as ``image_data`` with the last turn's ``input_ids``, where each
+        image is one placeholder token. ``turns[k].image_data`` are the ones turn ``k`` added."""
+        return self.images
+
     def append_turn(
         self,
         prompt_ids: Sequence[int],
@@ -184,6 +202,8 @@ class Trajectory:
         request_id: str | None = None,
         weight_version: str | None = None,
         routed_experts: str | None = None,
+        image_data: Sequence[str] = (),
+        image_token_id: int | None = None,
     ) -> Turn:
         """Validate one turn completely, then append it; on any error nothing changes.
 
@@ -201,6 +221,8 @@ class Trajectory:
             weight_version: Policy weight version reported by the server.
             routed_experts: Base64 int32 routing slice for positions ``[len(self) - 1, len(self) + new - 1)``
                 (all positions but the last for the first turn).
+            image_data: Base64 image data URLs of the images ``prompt_ids`` holds, in prompt order.
+            image_token_id: The image placeholder token; when given, ``prompt_ids`` must hold exactly one per image.
         """
         prompt, prompt_packed = _check_ids("prompt_ids", prompt_ids)
         output, output_packed = _check_ids("output_ids", output_ids)
@@ -219,6 +241,12 @@ class Trajectory:
             )
         if routed_experts is not None:
             self._check_routed_experts(routed_experts, start, len(prompt) + len(output))
+        images = tuple(image_data)
+        for i, url in enumerate(images):
+            if not isinstance(url, str) or not _DATA_URL.fullmatch(url):
+                raise TrajectoryError(f"image_data[{i}] is not a base64 image data URL")
+        if image_token_id is not None and (found := prompt.count(image_token_id)) != len(images):
+            raise TrajectoryError(f"prompt_ids hold {found} image placeholders for {len(images)} images")
 
         new_segments: list[Segment] = []
         if prompt:
@@ -238,6 +266,7 @@ class Trajectory:
             request_id=request_id,
             weight_version=weight_version,
             routed_experts=routed_experts,
+            image_data=images,
         )
         # Commit: nothing below can fail.
         self.crc32 = zlib.crc32(output_packed, zlib.crc32(prompt_packed, self.crc32))
@@ -258,6 +287,7 @@ class Trajectory:
             new_segments[0] = Segment(True, last.start, last.length + new_segments[0].length)
         self.segments.extend(new_segments)
         self.turns.append(turn)
+        self.images.extend(images)
         return turn
 
     def _check_routed_experts(self, encoded: str, start: int, new_tokens: int) -> None:
@@ -278,7 +308,7 @@ class Trajectory:
 
     def decode_routed_experts(self, num_layers: int, top_k: int) -> NDArray[np.int32]:
         """All turns' routing as one ``int32`` array of shape ``(len(self) - 1, num_layers, top_k)``."""
-        return decode_routed_experts(self.routed_experts, num_layers, top_k)
+        return decode_routed_experts(self.routed_experts, num_layers=num_layers, top_k=top_k)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-JSON form of the trajectory."""
@@ -290,6 +320,8 @@ class Trajectory:
             # (is_output as 0/1, length): plain ints, so columnar readers (pyarrow, pandas, datasets) infer one type.
             "segments": [[int(s.is_output), s.length] for s in self.segments],
             "turns": [t.as_dict() for t in self.turns],
+            # The images of all prompts in order (turns[k]["images"] of them per turn), as base64 data URLs.
+            "image_data": list(self.images),
         }
 
 
@@ -301,10 +333,40 @@ def pack_int32(ids: Sequence[int]) -> bytes:
     return packed.tobytes()
 
 
-def decode_routed_experts(slices: Sequence[str], num_layers: int, top_k: int) -> NDArray[np.int32]:
-    """Join base64 little-endian int32 routing slices into an array of shape ``(-1, num_layers, top_k)``."""
+def decode_routed_experts(
+    routed_experts: str | Sequence[str],
+    seq_len: int | None = None,
+    num_layers: int | None = None,
+    top_k: int | None = None,
+) -> NDArray[np.int32]:
+    """Join base64 little-endian int32 routing into an array of shape ``(seq_len - 1, num_layers, top_k)``.
+
+    Args:
+        routed_experts: One base64 string, or per-turn slices in order (``model.routed_experts``).
+        seq_len: Tokens in the trajectory (routing covers every position but the last); None takes the row count
+            from the data.
+        num_layers: MoE layers.
+        top_k: Experts per token.
+
+    Raises:
+        ValueError: The data do not split into ``num_layers x top_k`` rows, or hold a different number of rows
+            than ``seq_len - 1``.
+    """
+    if num_layers is None or top_k is None:
+        raise TypeError("decode_routed_experts needs num_layers= and top_k=")
+    slices = [routed_experts] if isinstance(routed_experts, str) else list(routed_experts)
     buffer = b"".join(base64.b64decode(s) for s in slices)
     row = 4 * num_layers * top_k
     if len(buffer) % row:
         raise ValueError(f"{len(buffer)} bytes of routing do not split into rows of {num_layers}x{top_k} int32")
-    return np.frombuffer(buffer, dtype="<i4").astype(np.int32).reshape(-1, num_layers, top_k)
+    rows = len(buffer) // row
+    if seq_len is not None and rows != max(seq_len - 1, 0):
+        raise ValueError(
+            f"routing holds {rows} rows of {num_layers}x{top_k}, but seq_len={seq_len} needs {max(seq_len - 1, 0)} "
+            "(one per position but the last): seq_len, num_layers or top_k does not match the data"
+        )
+    return np.frombuffer(buffer, dtype="<i4").astype(np.int32).reshape(rows, num_layers, top_k)
+
+
+#: strands-sglang 0.6's name for the trajectory type: the same class.
+Rollout = Trajectory

@@ -42,6 +42,7 @@ from .reply_checks import checked_logprobs, finite_logprobs, keyed_logprobs
 from .token_model import (
     Generation,
     GenerationRequest,
+    ImagesNotSupportedError,
     TokenAbortedError,
     TokenModel,
     TokenResponseError,
@@ -176,10 +177,13 @@ class VLLMModel(TokenModel):
         tokenizer: The policy's Hugging Face tokenizer, with its chat template (the one vLLM serves).
         base_url: Server URL (``http://host:8000``), used to create a client when ``client`` is not given.
         model_id: The served model name (see :class:`VLLMConfig`).
-        tool_parser: How tool calls are read from output text (default :class:`HermesToolParser`).
+        tool_parser: How tool calls are read from output text: a parser, a registry name, or ``"auto"`` (the
+            default: chosen from the tokenizer's chat template, see ``strands_tito.tool_parsers``).
         sampling_params: vLLM sampling parameters.
         client: A :class:`VLLMClient`; shared clients pool connections across models.
         **config: Other :class:`VLLMConfig` keys.
+
+    Images are not supported: a prompt with an image raises :class:`ImagesNotSupportedError` before any request.
     """
 
     max_tokens_key = "max_tokens"
@@ -198,7 +202,7 @@ class VLLMModel(TokenModel):
         tokenizer: PreTrainedTokenizerBase,
         base_url: str | None = None,
         model_id: str | None = None,
-        tool_parser: ToolParser | None = None,
+        tool_parser: ToolParser | str | None = None,
         sampling_params: dict[str, Any] | None = None,
         client: VLLMClient | None = None,
         **config: Any,
@@ -405,6 +409,12 @@ class VLLMModel(TokenModel):
 
     def _structured_output_params(self, schema: dict[str, Any]) -> dict[str, Any]:
         return {"structured_outputs": {"json": schema}}
+
+    async def _check_images_supported(self) -> None:
+        raise ImagesNotSupportedError(
+            "VLLMModel does not send images: vLLM's token-id endpoints (/inference/v1/generate, /v1/completions with "
+            "a token-id prompt) take no image data from strands-tito yet; use SGLangModel for vision-language agents"
+        )
 
 
 # -- reply parsing --------------------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from strands_tito.exporters import ExporterConfigError
 
-from .service import CollectorConfig, serve
+from .service import BindError, CollectorConfig, serve
+
+TOKEN_ENV = "STRANDS_TITO_COLLECTOR_TOKEN"
 
 
 def _address(value: str, option: str) -> tuple[str, int]:
@@ -31,7 +33,10 @@ def parse_args(argv: list[str]) -> CollectorConfig:
     p.add_argument("--store", type=Path, default=Path(".strands-tito/collector"), help="store directory (SQLite, WAL)")
     p.add_argument("--jsonl", type=Path, help="write trajectories to this JSONL file (default trajectories.jsonl)")
     p.add_argument("--parquet", type=Path, help="also (or instead) write Parquet parts into this directory")
-    p.add_argument("--token", default=os.environ.get("STRANDS_TITO_COLLECTOR_TOKEN"), help="required bearer token")
+    p.add_argument(
+        "--token-file", type=Path, help=f"file holding the required bearer token (or set ${TOKEN_ENV}; not --token)"
+    )
+    p.add_argument("--token", help=f"required bearer token (visible in ps: prefer --token-file or ${TOKEN_ENV})")
     p.add_argument("--tls-cert", type=Path, help="TLS certificate (PEM) for both ports")
     p.add_argument("--tls-key", type=Path, help="TLS private key (PEM)")
     p.add_argument("--idle-timeout", type=float, default=600, help="seconds before an unended trajectory is written")
@@ -40,6 +45,9 @@ def parse_args(argv: list[str]) -> CollectorConfig:
     p.add_argument("--max-store-mb", type=float, default=10240, help="refuse new data (503) above this store size")
     p.add_argument("--max-inflight", type=int, default=64, help="requests processed at once before answering 503")
     p.add_argument("--progress-interval", type=float, default=10, help="seconds between progress lines (0 = off)")
+    p.add_argument("--head-timeout", type=float, default=30, help="seconds for an HTTP request head (default 30)")
+    p.add_argument("--body-timeout", type=float, default=60, help="seconds for an HTTP request body (default 60)")
+    p.add_argument("--shutdown-timeout", type=float, default=8, help="longest graceful stop in seconds (default 8)")
     agl = p.add_argument_group("Agent Lightning", "post each model call of a rollout's trajectories as events")
     agl.add_argument("--agl-url", help="Agent Lightning server base URL (e.g. http://127.0.0.1:8080): turns it on")
     agl.add_argument("--agl-key", default=os.environ.get("AGL_KEY"), help="the server's key (default: $AGL_KEY)")
@@ -60,6 +68,9 @@ def parse_args(argv: list[str]) -> CollectorConfig:
         p.error("--agl-key and --agl-model need --agl-url")
     if a.agl_ack_timeout < 0:
         p.error("--agl-ack-timeout must be >= 0")
+    if min(a.head_timeout, a.body_timeout, a.shutdown_timeout) <= 0:
+        p.error("--head-timeout, --body-timeout and --shutdown-timeout must be > 0")
+    token = _token(p, a.token, a.token_file)
     try:
         host, http_port = _address(a.http, "--http")
         grpc_host, grpc_port = (None, None) if a.grpc == "off" else _address(a.grpc, "--grpc")
@@ -79,7 +90,7 @@ def parse_args(argv: list[str]) -> CollectorConfig:
         http_port=http_port,
         grpc_host=grpc_host,
         grpc_port=grpc_port,
-        token=a.token,
+        token=token,
         tls_cert=a.tls_cert,
         tls_key=a.tls_key,
         max_body_bytes=int(a.max_body_mb * 1024 * 1024),
@@ -88,6 +99,9 @@ def parse_args(argv: list[str]) -> CollectorConfig:
         max_inflight=a.max_inflight,
         idle_timeout=a.idle_timeout,
         progress_interval=a.progress_interval,
+        head_timeout=a.head_timeout,
+        body_timeout=a.body_timeout,
+        shutdown_timeout=a.shutdown_timeout,
         agl_url=a.agl_url,
         agl_key=a.agl_key,
         agl_ack_timeout=a.agl_ack_timeout,
@@ -95,8 +109,26 @@ def parse_args(argv: list[str]) -> CollectorConfig:
     )
 
 
+def _token(p: argparse.ArgumentParser, given: str | None, path: Path | None) -> str | None:
+    """The bearer token from --token-file, --token or the environment (one source; never echoed)."""
+    if given is not None and path is not None:
+        p.error("--token and --token-file exclude each other")
+    if path is not None:
+        try:
+            token = path.read_text().strip()
+        except OSError as e:
+            p.error(f"--token-file {path}: {e.strerror or e}")
+        if not token:
+            p.error(f"--token-file {path} is empty")
+        return token
+    if given is not None:
+        logging.getLogger(__name__).warning("--token is visible to other users in ps; prefer --token-file")
+        return given
+    return os.environ.get(TOKEN_ENV) or None
+
+
 def collect_main(argv: list[str]) -> int:
-    """Run until SIGINT/SIGTERM, then shut down gracefully."""
+    """Run until SIGINT/SIGTERM, then shut down gracefully (exit 0); 1 when an address cannot be bound."""
     config = parse_args(argv)
 
     async def run() -> None:
@@ -113,4 +145,7 @@ def collect_main(argv: list[str]) -> int:
     except ExporterConfigError as e:
         print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
         return 2
+    except BindError as e:
+        print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
+        return 1
     return 0

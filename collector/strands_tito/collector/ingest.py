@@ -1,10 +1,16 @@
-"""From OTLP requests to stored spans and finished trajectories: the collector's single-writer core."""
+"""From OTLP requests to stored spans and finished trajectories: the collector's single-writer core.
+
+Every span is validated completely here (by :func:`strands_tito.spans.decode_span`, the decoder the assembler uses)
+before it is stored, so a stored span can always be assembled. Should building a record fail anyway, that one
+trajectory is written as incomplete with the reason (quarantined) and the rest goes on; recovery at start-up uses the
+same guard per trajectory, so a restart never fails on stored data.
+"""
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
-import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,8 +19,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from strands_tito import spans as schema
-from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
-from strands_tito.otlp import OTLPDecodeError, attributes_of
+from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord, quarantined
+from strands_tito.otlp import attributes_of
 
 from .store import Store, StoredSpan
 
@@ -45,29 +51,6 @@ class IngestResult:
         return len(self.errors)
 
 
-def decompress(body: bytes, encoding: str, limit: int) -> bytes:
-    """Undo ``Content-Encoding`` without ever holding more than ``limit`` bytes (a gzip bomb stops early)."""
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        data = body
-    elif encoding in ("gzip", "deflate"):
-        wbits = 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS
-        inflater = zlib.decompressobj(wbits)
-        try:
-            data = inflater.decompress(body, limit + 1)
-        except zlib.error as e:
-            raise OTLPDecodeError(f"body is not valid {encoding}: {e}") from e
-        if len(data) > limit or inflater.unconsumed_tail:
-            raise PayloadTooLarge(f"decompressed body exceeds {limit} bytes")
-        if not inflater.eof:
-            raise OTLPDecodeError(f"{encoding} body is truncated")
-    else:
-        raise OTLPDecodeError(f"unsupported Content-Encoding {encoding!r} (use gzip, deflate or none)")
-    if len(data) > limit:
-        raise PayloadTooLarge(f"body exceeds {limit} bytes")
-    return data
-
-
 class Ingestor:
     """Validates, stores and assembles spans; one instance per collector, safe to call from several threads.
 
@@ -89,16 +72,27 @@ class Ingestor:
         self.finished_incomplete = 0
 
     def recover(self) -> int:
-        """Rebuild open trajectories from the store after a (re)start; returns how many spans were replayed."""
+        """Rebuild open trajectories from the store after a (re)start; returns how many spans were replayed.
+
+        Never raises on stored data: a trajectory whose spans no longer decode (e.g. stored by an older, more lenient
+        collector) is written as incomplete with the reason.
+        """
+        by_trajectory: dict[str, list[StoredSpan]] = {}
+        for stored in self.store.open_spans():
+            by_trajectory.setdefault(stored.trajectory_id, []).append(stored)
         replayed = 0
         done: list[TrajectoryRecord] = []
         with self._lock:
-            for stored in self.store.open_spans():
-                span = Span()
-                span.ParseFromString(stored.span)
-                decoded = schema.decode_span(attributes_of(span.attributes), span.end_time_unix_nano, unpack=False)
-                done.extend(self.assembler.add(decoded, trace_id=stored.trace_id, resource=stored.resource))
-                replayed += 1
+            for trajectory_id, stored_spans in by_trajectory.items():
+                try:
+                    decoded = [_decode_stored(stored, unpack=False) for stored in stored_spans]
+                except Exception as e:  # anything at all: this trajectory only is quarantined
+                    logger.error("trajectory_id=<%.80s>, error=<%s> | stored spans do not decode", trajectory_id, e)
+                    done.append(quarantined(trajectory_id, e))
+                    continue
+                for stored, span in zip(stored_spans, decoded, strict=True):
+                    done.extend(self.assembler.add(span, trace_id=stored.trace_id, resource=stored.resource))
+                replayed += len(stored_spans)
             self._finish(done)
         if done:
             self.on_finished()
@@ -107,37 +101,22 @@ class Ingestor:
     def ingest(self, request: ExportTraceServiceRequest) -> IngestResult:
         """Store the strands-tito spans of one request (committed before returning) and assemble them."""
         result = IngestResult()
-        candidates: list[tuple[StoredSpan, schema.Decoded]] = []
-        for resource_spans in request.resource_spans:
-            resource = attributes_of(resource_spans.resource.attributes)
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    attributes = attributes_of(span.attributes)
-                    if not schema.is_tito_span(attributes):
-                        result.ignored += 1
-                        continue
-                    try:
-                        decoded = schema.decode_span(attributes, span.end_time_unix_nano, unpack=False)
-                    except schema.SpanSchemaError as e:
-                        result.errors.append(f"span {span.span_id.hex()}: {e}")
-                        continue
-                    stored = StoredSpan(
-                        span.trace_id.hex(),
-                        span.span_id.hex(),
-                        decoded.trajectory_id,
-                        span.SerializeToString(),
-                        _with_span_identity(resource, attributes),
-                    )
-                    candidates.append((stored, decoded))
-                    result.trajectories.setdefault(decoded.trajectory_id, stored.resource)
+        candidates = self._decode_request(request, result)
         done: list[TrajectoryRecord] = []
         with self._lock:
             late = self.store.finished(s.trajectory_id for s, _ in candidates)
+            retries = self.store.written((s.trace_id, s.span_id) for s, _ in candidates if s.trajectory_id in late)
             keep: list[tuple[StoredSpan, schema.Decoded]] = []
             conflicts: dict[str, list[str]] = {}
             for stored, decoded in candidates:
                 if stored.trajectory_id in late:
-                    result.duplicates += 1  # an OTLP retry of something already written
+                    if (stored.trace_id, stored.span_id) in retries:
+                        result.duplicates += 1  # an OTLP retry of something already written
+                    else:
+                        result.errors.append(
+                            f"span {stored.span_id}: trajectory {stored.trajectory_id[:80]!r} was already written; "
+                            "a trajectory id cannot be reused"
+                        )
                     continue
                 clash = self.assembler.conflict(decoded)
                 if clash is not None:
@@ -159,13 +138,41 @@ class Ingestor:
             self.on_finished()
         return result
 
+    def _decode_request(
+        self, request: ExportTraceServiceRequest, result: IngestResult
+    ) -> list[tuple[StoredSpan, schema.Decoded]]:
+        """Validate every strands-tito span of a request; invalid ones go to ``result.errors``."""
+        candidates: list[tuple[StoredSpan, schema.Decoded]] = []
+        for resource_spans in request.resource_spans:
+            resource = _json_safe(attributes_of(resource_spans.resource.attributes))
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    attributes = attributes_of(span.attributes)
+                    if not schema.is_tito_span(attributes):
+                        result.ignored += 1
+                        continue
+                    try:
+                        _check_ids(span)
+                        decoded = schema.decode_span(attributes, span.end_time_unix_nano, unpack=False)
+                    except schema.SpanSchemaError as e:
+                        result.errors.append(f"span {span.span_id.hex()[:16]}: {e}")
+                        continue
+                    stored = StoredSpan(
+                        span.trace_id.hex(),
+                        span.span_id.hex(),
+                        decoded.trajectory_id,
+                        span.SerializeToString(),
+                        _with_span_identity(resource, attributes),
+                    )
+                    candidates.append((stored, decoded))
+                    result.trajectories.setdefault(decoded.trajectory_id, stored.resource)
+        return candidates
+
     def _load(self, trajectory_id: str) -> tuple[dict[int, schema.TurnSpan], dict[int, schema.CallSpan]]:
         turns: dict[int, schema.TurnSpan] = {}
         calls: dict[int, schema.CallSpan] = {}
         for stored in self.store.spans_of(trajectory_id):
-            span = Span()
-            span.ParseFromString(stored.span)
-            decoded = schema.decode_span(attributes_of(span.attributes), span.end_time_unix_nano)
+            decoded = _decode_stored(stored, unpack=True)
             if isinstance(decoded, schema.TurnSpan):
                 turns.setdefault(decoded.index, decoded)
             elif isinstance(decoded, schema.CallSpan):
@@ -187,13 +194,19 @@ class Ingestor:
             if stored_conflicts and record.complete:
                 record.complete = False
                 record.reason = "; ".join(stored_conflicts)
-            self.store.finish(record.trajectory_id, record.to_dict(), self.exporters)
+            try:
+                row = record.to_dict()
+                self.store.finish(record.trajectory_id, row, self.exporters)
+            except (ValueError, TypeError) as e:  # the record does not serialize: quarantine it, keep going
+                logger.error("trajectory_id=<%.80s>, error=<%s> | record cannot be written", record.trajectory_id, e)
+                record = quarantined(record.trajectory_id, e)
+                self.store.finish(record.trajectory_id, record.to_dict(), self.exporters)
             if record.complete:
                 self.finished_complete += 1
             else:
                 self.finished_incomplete += 1
             logger.info(
-                "trajectory_id=<%s>, complete=<%s>, tokens=<%d>, reason=<%s> | trajectory finished",
+                "trajectory_id=<%.80s>, complete=<%s>, tokens=<%d>, reason=<%.300s> | trajectory finished",
                 record.trajectory_id,
                 record.complete,
                 len(record.trajectory),
@@ -201,10 +214,39 @@ class Ingestor:
             )
 
 
+def _decode_stored(stored: StoredSpan, *, unpack: bool) -> schema.Decoded:
+    """A stored span, decoded (and validated) again."""
+    span = Span()
+    span.ParseFromString(stored.span)
+    return schema.decode_span(attributes_of(span.attributes), span.end_time_unix_nano, unpack=unpack)
+
+
+def _check_ids(span: Span) -> None:
+    """OTLP ids of the right size and not all zero: spans are deduplicated by them, so a missing id would make
+    different spans look like retries of one another."""
+    if len(span.trace_id) != 16 or not any(span.trace_id):
+        raise schema.SpanSchemaError("trace_id must be 16 bytes, not all zero")
+    if len(span.span_id) != 8 or not any(span.span_id):
+        raise schema.SpanSchemaError("span_id must be 8 bytes, not all zero")
+
+
+def _json_safe(value: Any) -> Any:
+    """Resource attributes as plain JSON (they go into every record): bytes as hex, non-finite floats as text."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
 def _with_span_identity(resource: dict[str, Any], attributes: dict[str, Any]) -> dict[str, Any]:
     """The resource, plus the Agent Lightning ids capture puts on its spans when the resource lacks them (an app's
     own tracer provider built without the environment's resource attributes)."""
-    missing = {k: attributes[k] for k in _SPAN_IDENTITY if k in attributes and k not in resource}
+    missing = {k: _json_safe(attributes[k]) for k in _SPAN_IDENTITY if k in attributes and k not in resource}
     return {**resource, **missing} if missing else resource
 
 

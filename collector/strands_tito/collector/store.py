@@ -6,6 +6,8 @@ What lives here, and why it makes ``kill -9`` safe:
   so an OTLP retry is stored once. A request is acknowledged only after its spans are committed.
 - ``trajectories``: one row per trajectory ever seen: open, or finished (then kept so late duplicates are ignored
   instead of written again), plus conflicts found on the way.
+- ``written_spans``: the ``(trace_id, span_id)`` keys of every span of a finished trajectory, so that a late OTLP
+  retry (same keys) is told from new spans that reuse a trajectory id after its record was written (refused).
 - ``outbox``: finished trajectories waiting for an exporter, one row per (exporter, trajectory). Finishing a
   trajectory moves it from ``spans`` to ``outbox`` in one transaction.
 - ``batches``: an export in progress. The batch and the position it writes to are committed *before* the exporter
@@ -40,6 +42,11 @@ CREATE TABLE IF NOT EXISTS trajectories (
     finished_at REAL,
     conflicts TEXT NOT NULL DEFAULT '[]'
 );
+CREATE TABLE IF NOT EXISTS written_spans (
+    trace_id TEXT NOT NULL,
+    span_id TEXT NOT NULL,
+    PRIMARY KEY (trace_id, span_id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS outbox (
     exporter TEXT NOT NULL,
     trajectory_id TEXT NOT NULL,
@@ -139,6 +146,18 @@ class Store:
             ).fetchall()
         return {r[0] for r in rows}
 
+    def written(self, keys: Iterable[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of these ``(trace_id, span_id)`` keys belong to spans of trajectories already written."""
+        found: set[tuple[str, str]] = set()
+        with self._lock:
+            for trace_id, span_id in set(keys):
+                row = self._db.execute(
+                    "SELECT 1 FROM written_spans WHERE trace_id = ? AND span_id = ?", (trace_id, span_id)
+                ).fetchone()
+                if row is not None:
+                    found.add((trace_id, span_id))
+        return found
+
     def add_spans(self, spans: list[StoredSpan], conflicts: dict[str, list[str]]) -> list[bool]:
         """Commit spans (duplicates ignored) and conflict notes; returns, per span, whether it was new."""
         new: list[bool] = []
@@ -196,6 +215,10 @@ class Store:
                     "INSERT OR IGNORE INTO outbox (exporter, trajectory_id, record) VALUES (?, ?, ?)",
                     (exporter, trajectory_id, text),
                 )
+            db.execute(
+                "INSERT OR IGNORE INTO written_spans SELECT trace_id, span_id FROM spans WHERE trajectory_id = ?",
+                (trajectory_id,),
+            )
             db.execute("DELETE FROM spans WHERE trajectory_id = ?", (trajectory_id,))
             db.execute(
                 "INSERT INTO trajectories (trajectory_id, finished_at) VALUES (?, ?) "
@@ -261,6 +284,14 @@ class Store:
         with self._lock:
             row = self._db.execute(
                 "SELECT 1 FROM outbox WHERE exporter = ? AND trajectory_id = ?", (exporter, trajectory_id)
+            ).fetchone()
+        return row is not None
+
+    def queued_any(self, exporter: str) -> bool:
+        """Whether finished trajectories wait for this exporter outside any batch."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT 1 FROM outbox WHERE exporter = ? AND batch_id IS NULL LIMIT 1", (exporter,)
             ).fetchone()
         return row is not None
 

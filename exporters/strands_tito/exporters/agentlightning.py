@@ -110,8 +110,11 @@ def _calls(record: Mapping[str, Any]) -> list[dict[str, Any]]:
             for call in record["calls"]
         ]
     ids, logprobs = record["token_ids"], record["logprobs"]
+    images = record.get("image_data") or []
+    seen = 0
     calls = []
     for turn in record.get("turns", []):
+        seen += int(turn.get("images") or 0)
         start = turn["prompt_start"] + turn["prompt_length"]
         end = start + turn["output_length"]
         calls.append(
@@ -123,6 +126,7 @@ def _calls(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "request_id": turn.get("request_id"),
                 "weight_version": turn.get("weight_version"),
                 "cached_tokens": turn.get("cached_tokens"),
+                "images": images[:seen],  # every image of the prompt, in order
             }
         )
     return calls
@@ -168,10 +172,16 @@ def build_events(record: Mapping[str, Any], model: str | None = None) -> list[di
                     "content": [{"logprob": None if v is None or not math.isfinite(v) else float(v)} for v in logprobs]
                 },
             }
+            request_body: dict[str, Any] = {"model": name}
+            if call.get("images"):
+                # Agent Lightning aligns a multimodal call's images through the request's messages
+                # (messages[].content[].image_url.url, in order); the text is in prompt_token_ids.
+                parts = [{"type": "image_url", "image_url": {"url": url}} for url in call["images"]]
+                request_body["messages"] = [{"role": "user", "content": parts}]
             request = schemas.ModelRequestData(
                 model=name,
                 model_version=version,
-                request={"model": name},
+                request=request_body,
                 response={
                     "id": call["request_id"] or f"{tid}-{index}",
                     "object": "chat.completion",

@@ -25,6 +25,7 @@ COLUMNS = (
     "calls",
     "prefix_report",
     "prefix_consistent",
+    "image_data",
 )
 
 
@@ -80,6 +81,8 @@ class ParquetExporter:
             "calls": pa.array([as_json(r.get("calls", [])) for r in records], pa.string()),
             "prefix_report": pa.array([as_json(r.get("prefix_report", [])) for r in records], pa.string()),
             "prefix_consistent": pa.array([r.get("prefix_consistent") for r in records], pa.bool_()),
+            # Vision-language agents: every prompt image in order as a base64 data URL (turns[k]["images"] per turn).
+            "image_data": pa.array([r.get("image_data", []) for r in records], pa.list_(pa.string())),
         }
         table = pa.table({name: columns[name] for name in COLUMNS})
         target = self.directory / position

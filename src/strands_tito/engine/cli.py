@@ -8,6 +8,8 @@ import contextlib
 import signal
 import sys
 
+from transformers import PreTrainedTokenizerBase
+
 from .script import ScriptFile
 
 __all__ = ["build_parser", "engine_main"]
@@ -23,6 +25,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=30000, help="port; 0 picks a free one (default: %(default)s)")
     parser.add_argument(
         "--tokenizer", default="qwen3", help='"qwen3", "tiny" or a local tokenizer directory (default: %(default)s)'
+    )
+    parser.add_argument(
+        "--chat-template",
+        metavar="FAMILY",
+        default=None,
+        help="serve a model family on its real chat template with the stand-in tokenizer (Qwen3 vocabulary plus the "
+        "family's special tokens) and its stop tokens, e.g. glm-4.6, llama-3.1 (names in strands_tito.families)",
     )
     parser.add_argument("--script", metavar="FILE.json", help="script file with scripts and a default reply")
     parser.add_argument("--context-length", type=int, default=32768, help="model context length (default: %(default)s)")
@@ -46,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--reasoning-parser", choices=["qwen3"], default=None, help="split <think>...</think> off chat replies"
     )
+    parser.add_argument(
+        "--image-understanding",
+        action="store_true",
+        help="report has_image_understanding on /model_info and accept image_data (one <|image_pad|> per image)",
+    )
     return parser
 
 
@@ -61,7 +75,20 @@ def engine_main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: cannot load script {args.script}: {exc}", file=sys.stderr)
         return 2
-    tokenizer = load_tokenizer(args.tokenizer)
+    eos_token_ids: list[int] | None = None
+    tokenizer: PreTrainedTokenizerBase
+    if args.chat_template:
+        from ..families import family, family_tokenizer
+
+        try:
+            spec = family(args.chat_template)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        tokenizer = family_tokenizer(spec.name)
+        eos_token_ids = [tokenizer.convert_tokens_to_ids(t) for t in spec.stop_tokens]  # type: ignore[misc]
+    else:
+        tokenizer = load_tokenizer(args.tokenizer)
     routed = (
         (args.num_layers, args.num_experts_per_tok, args.num_experts) if args.enable_return_routed_experts else None
     )
@@ -77,6 +104,8 @@ def engine_main(argv: list[str] | None = None) -> int:
         record_path=args.record,
         openai_flavor=args.openai_flavor,
         reasoning_parser=args.reasoning_parser,
+        image_understanding=args.image_understanding,
+        eos_token_ids=eos_token_ids,
     )
 
     def ready(running: LocalEngine) -> None:

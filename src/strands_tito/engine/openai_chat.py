@@ -42,12 +42,13 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from jinja2 import TemplateError
 
+from ..rendering import render_chat_template
 from ..tool_parsers import HermesToolParser
 from .http import AnyResponse, Connection, Request, StreamResponse, json_response
 from .outputs import Outcome
@@ -345,11 +346,11 @@ class ChatCompletions:
         """The prompt token ids: chat template to text, then the tokenizer (no special tokens added)."""
         tokenizer = self.engine.tokenizer
         try:
-            text = tokenizer.apply_chat_template(
+            text = render_chat_template(
+                tokenizer,
                 request.messages,
-                tools=cast(list[dict[Any, Any] | Callable[..., Any]] | None, request.tools),
+                tools=request.tools,
                 add_generation_prompt=request.add_generation_prompt,
-                tokenize=False,
                 **request.chat_template_kwargs,
             )
         except (TemplateError, TypeError, ValueError, KeyError) as exc:

@@ -493,9 +493,20 @@ class GenerateRequest:
     return_routed_experts: bool
     routed_experts_start_len: int
     return_prompt_token_ids: bool
+    image_data: list[str] | None = None
 
 
 BATCH_UNSUPPORTED: Final[str] = "batch not supported by strands-tito engine"
+
+
+def image_list(raw: Any) -> list[str] | None:
+    """``image_data`` of a request body as a list (SGLang takes one item or a list), None when absent."""
+    if raw is None:
+        return None
+    items = raw if isinstance(raw, list) else [raw]
+    if not items or not all(isinstance(item, str) for item in items):
+        raise value_error("image_data must be a string or a non-empty list of strings (one request, no batch)")
+    return list(items)
 
 
 def parse_generate_request(body: Any) -> GenerateRequest:
@@ -525,7 +536,7 @@ def _normalize(body: Mapping[str, Any], raw_sampling: Any) -> GenerateRequest:
     text = body.get("text")
     if body.get("input_embeds") is not None:
         raise value_error("input_embeds is not supported by strands-tito engine")
-    for key in ("image_data", "video_data", "audio_data"):
+    for key in ("video_data", "audio_data"):
         if body.get(key) is not None:
             raise value_error(f"{key} (multimodal input) is not supported by strands-tito engine")
     if text is None and input_ids is None:
@@ -565,4 +576,5 @@ def _normalize(body: Mapping[str, Any], raw_sampling: Any) -> GenerateRequest:
         return_routed_experts=bool(body.get("return_routed_experts", False)),
         routed_experts_start_len=int(body.get("routed_experts_start_len", 0)),
         return_prompt_token_ids=bool(body.get("return_prompt_token_ids", False)),
+        image_data=image_list(body.get("image_data")),
     )

@@ -37,6 +37,7 @@ from .http import (
     json_response,
     text_response,
 )
+from .images import DEFAULT_IMAGE_TOKEN, check_image_data
 from .outputs import Outcome, OutputBuilder
 from .protocol import (
     DEFAULT_MAX_NEW_TOKENS,
@@ -100,6 +101,7 @@ class EngineRecord:
         unscripted: answered with the default reply (or the no-script 400) because no scripted step was left.
         script: index of the script the conversation is following (in order of addition), if any.
         received_at: ``time.time()`` when the request arrived.
+        image_data: the ``image_data`` list the request carried (data URLs, in order), if any.
     """
 
     rid: str | None
@@ -118,6 +120,7 @@ class EngineRecord:
     unscripted: bool = False
     script: int | None = None
     received_at: float = 0.0
+    image_data: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of all fields."""
@@ -188,6 +191,9 @@ class LocalEngine:
             of token ids and whether ``return_token_ids`` may stream (see :mod:`~strands_tito.engine.openai_chat`).
         reasoning_parser: ``"qwen3"`` to split ``...</think>`` off chat replies as reasoning (None: keep it in
             the content, like a server started without ``--reasoning-parser``).
+        image_understanding: report ``has_image_understanding: true`` on ``/model_info`` and accept ``image_data``
+            (base64 image data URLs, one per ``image_token`` in ``input_ids``; placeholders are not expanded).
+        image_token: the image placeholder token of the served template.
 
     Run it in a background thread with :meth:`start` / :meth:`stop` (or ``with LocalEngine(...) as engine``), or
     inside the caller's event loop with ``await engine.serve()``.
@@ -209,7 +215,12 @@ class LocalEngine:
         max_body: int = DEFAULT_MAX_BODY,
         openai_flavor: OpenAIFlavor = "vllm",
         reasoning_parser: str | None = None,
+        image_understanding: bool = False,
+        image_token: str = DEFAULT_IMAGE_TOKEN,
     ) -> None:
+        self.image_understanding = image_understanding
+        token_id = tokenizer.convert_tokens_to_ids(image_token)
+        self.image_token_id: int | None = token_id if isinstance(token_id, int) else None
         if context_length < 8:
             raise ValueError(f"context_length must be at least 8, got {context_length}")
         if routed_experts is not None:
@@ -457,7 +468,7 @@ class LocalEngine:
                 "reasoning_parser": None,
                 "tool_call_parser": None,
                 "disaggregation_mode": "null",
-                "has_image_understanding": False,
+                "has_image_understanding": self.image_understanding,
                 "has_audio_understanding": False,
                 "model_type": model_type,
                 "architectures": [architecture],
@@ -697,6 +708,13 @@ class LocalEngine:
         prompt = self._encode_prompt(generate)
         record.input_ids = list(prompt)
         max_new = self._validate(generate, prompt)
+        if generate.image_data is not None:
+            record.image_data = list(generate.image_data)
+            refused = check_image_data(
+                generate.image_data, prompt, supported=self.image_understanding, token_id=self.image_token_id
+            )
+            if refused is not None:
+                raise refused
 
         flight = _Flight(generate.rid)
         self._flights.add(flight)

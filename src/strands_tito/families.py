@@ -1,0 +1,188 @@
+"""The model families strands-tito supports, in one place: real template, special tokens, stop tokens, parser.
+
+Tests, the local engine's ``--chat-template`` option, the example agents and the docs all read :data:`FAMILIES`.
+Only Qwen's vocabulary can be had offline, so :func:`family_tokenizer` builds a faithful *stand-in* for the other
+families: the real Qwen3 vocabulary plus the family's special tokens added as single special tokens, with the
+family's real Hugging Face chat template. The template logic, the special-token boundaries and the text between
+them are the family's; only the ids of ordinary text differ from the real model's.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from dataclasses import dataclass, field
+from typing import Final
+
+from tokenizers import AddedToken
+from transformers import PreTrainedTokenizerFast
+
+from .chat_templates import real_chat_template
+from .tokenizers import build_qwen3_tokenizer
+
+__all__ = ["FAMILIES", "Family", "family", "family_tokenizer"]
+
+_QWEN_STOPS: Final = ("<|im_end|>", "<|endoftext|>")
+_GLM_TOKENS: Final = (
+    "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<|endoftext|>",
+    "<think>", "</think>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+    "<tool_response>", "</tool_response>",
+)  # fmt: skip
+_KIMI_TOKENS: Final = (
+    "<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>",
+    "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<think>", "</think>",
+)  # fmt: skip
+_DEEPSEEK_TOKENS: Final = (
+    "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>",
+    "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>",
+    "<｜tool▁sep｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>",
+)  # fmt: skip
+_GPT_OSS_TOKENS: Final = (
+    "<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|call|>", "<|return|>", "<|endoftext|>",
+)  # fmt: skip
+_LLAMA3_TOKENS: Final = (
+    "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>",
+)  # fmt: skip
+_MINIMAX_TOKENS: Final = (
+    "]~!b[", "]~b]", "[e~[", "<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family's facts for token-in/token-out.
+
+    Attributes:
+        name: Short name (``"qwen3"``, ``"glm-4.6"``, ...), also accepted by ``--chat-template``.
+        template: File name (without ``.jinja``) of the real template in :mod:`strands_tito.chat_templates`.
+        parser: Registry name of the tool parser (:func:`strands_tito.get_tool_parser`).
+        stop_tokens: Tokens the model stops on (the first is its eos); the encoder keeps the one the model emitted
+            and appends only what the template renders after it.
+        end_of_turn: Further tokens the template closes an assistant turn with that the model does not stop on
+            (gpt-oss re-renders a final ``<|return|>`` as ``<|end|>``).
+        special_tokens: The family's special tokens, added to the Qwen3 vocabulary for the stand-in tokenizer.
+        bos_token: Beginning-of-sequence token the template renders (``bos_token`` variable), if any.
+        thinking: The template takes ``enable_thinking``.
+        always_thinks: The model always reasons (its generation prompt opens the think block).
+        differences: Known, documented places where the token-in/token-out prompt differs from a re-render.
+    """
+
+    name: str
+    template: str
+    parser: str
+    stop_tokens: tuple[str, ...]
+    end_of_turn: tuple[str, ...] = ()
+    special_tokens: tuple[str, ...] = ()
+    bos_token: str | None = None
+    thinking: bool = False
+    always_thinks: bool = False
+    differences: tuple[str, ...] = field(default_factory=tuple)
+
+
+_EMPTY_THINK = (
+    "enable_thinking=False: the generation prompt's empty think block stays in the trajectory as the model saw it; "
+    "a re-render writes earlier assistant turns without it"
+)
+_DROPS_REASONING = (
+    "reasoning of turns before the last user query is dropped on re-render; token-in/token-out keeps it as "
+    "generated, so after a second user turn the prompt keeps the earlier reasoning a re-render would drop"
+)
+FAMILIES: Final[dict[str, Family]] = {
+    f.name: f
+    for f in (
+        Family(
+            "qwen3", "Qwen-Qwen3-0.6B", "hermes", _QWEN_STOPS, thinking=True,
+            differences=(_DROPS_REASONING, _EMPTY_THINK),
+        ),
+        Family(
+            "qwq", "Qwen-QwQ-32B", "hermes", _QWEN_STOPS, always_thinks=True,
+            differences=(
+                "the template drops the reasoning of every earlier assistant turn, even within a user turn; "
+                "token-in/token-out keeps it as generated",
+            ),
+        ),
+        Family("qwen2.5", "Qwen-Qwen2.5-7B-Instruct", "hermes", _QWEN_STOPS),
+        Family("qwen3-coder", "Qwen3-Coder", "qwen_xml", _QWEN_STOPS),
+        Family("qwen3.5", "Qwen3.5-4B", "qwen_xml", _QWEN_STOPS, thinking=True, differences=(_DROPS_REASONING,)),
+        Family(
+            "glm-4.6", "GLM-4.6", "glm", ("<|user|>", "<|observation|>", "<|endoftext|>"),
+            special_tokens=_GLM_TOKENS, thinking=True,
+            differences=(f"{_DROPS_REASONING} (the template writes their <think>R</think> as <think></think>)",),
+        ),
+        Family(
+            "glm-4.7", "GLM-4.7-Flash", "glm", ("<|user|>", "<|observation|>", "<|endoftext|>"),
+            special_tokens=_GLM_TOKENS, thinking=True,
+            differences=(f"{_DROPS_REASONING} (the template writes their <think>R</think> as a bare </think>)",),
+        ),
+        # The llama.cpp copies of Kimi-K2-Instruct/-Thinking change lists: rendered as in strands_tito.rendering.
+        Family("kimi-k2", "Kimi-K2-Instruct", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
+        Family("kimi-k2-0711", "moonshotai-Kimi-K2", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
+        Family(
+            "kimi-k2-thinking", "Kimi-K2-Thinking", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS,
+            thinking=True,
+            differences=(
+                "once a final answer follows them, the template re-renders every earlier assistant turn, that final "
+                "answer included, with an empty <think></think>; token-in/token-out keeps the reasoning as generated",
+            ),
+        ),
+        Family(
+            "deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1", "deepseek_v31", ("<｜end▁of▁sentence｜>",),
+            special_tokens=_DEEPSEEK_TOKENS, bos_token="<｜begin▁of▁sentence｜>", thinking=True,
+            differences=(
+                "the template renders no tools list: tool schemas are put into the system prompt by the encoder",
+                "the template drops the reasoning of every earlier turn, even within the tool loop: <think>R</think> "
+                "is re-rendered as <think></think>; token-in/token-out keeps it as generated. After tool results the "
+                "generation prompt opens no think block (the model answers without reasoning)",
+            ),
+        ),
+        Family(
+            "gpt-oss", "openai-gpt-oss-120b", "gpt_oss", ("<|return|>", "<|call|>"), end_of_turn=("<|end|>",),
+            special_tokens=_GPT_OSS_TOKENS,
+            differences=(
+                "a final answer ends <|return|> as generated; a re-render after a new user turn writes <|end|>",
+                "analysis (reasoning) of earlier turns is dropped on re-render; token-in/token-out keeps it",
+            ),
+        ),
+        Family(
+            "llama-3.1", "meta-llama-Llama-3.1-8B-Instruct", "llama3_json", ("<|eot_id|>", "<|eom_id|>"),
+            special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>",
+        ),
+        Family(
+            "llama-3.3", "meta-llama-Llama-3.3-70B-Instruct", "llama3_json", ("<|eot_id|>", "<|eom_id|>"),
+            special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>",
+        ),
+        Family(
+            "minimax-m2", "MiniMax-M2", "minimax_m2", ("[e~[",), special_tokens=_MINIMAX_TOKENS, always_thinks=True,
+            differences=(_DROPS_REASONING,),
+        ),
+    )
+}  # fmt: skip
+
+
+def family(name: str) -> Family:
+    """A family by short name (``"glm-4.6"``) or real template file name (``"GLM-4.6"``)."""
+    found = FAMILIES.get(name) or next(
+        (f for f in FAMILIES.values() if f.template == name.removesuffix(".jinja")), None
+    )
+    if found is None:
+        raise ValueError(f"unknown model family {name!r}; known: {sorted(FAMILIES)}")
+    return found
+
+
+@functools.cache
+def family_tokenizer(name: str) -> PreTrainedTokenizerFast:
+    """The stand-in tokenizer of a family: Qwen3 vocabulary + the family's special tokens + its real template.
+
+    Memoized per process; the shared Qwen3 tokenizer is copied, never changed. Treat the result as read-only.
+    """
+    spec = family(name)
+    tokenizer = copy.deepcopy(build_qwen3_tokenizer())
+    tokenizer.add_tokens(
+        [AddedToken(t, special=True, normalized=False) for t in spec.special_tokens], special_tokens=True
+    )
+    tokenizer.chat_template = real_chat_template(spec.template)
+    tokenizer.eos_token = spec.stop_tokens[0]
+    if spec.bos_token is not None:
+        tokenizer.bos_token = spec.bos_token
+    return tokenizer

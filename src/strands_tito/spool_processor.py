@@ -1,0 +1,380 @@
+"""Exporting strands-tito spans over OTLP without ever dropping one silently.
+
+:class:`SpoolingSpanProcessor` stands where the SDK's ``BatchSpanProcessor`` would, for strands-tito spans only
+(turns, calls, rewards, end signals; :class:`OtlpCaptureProcessor` routes every other span to an ordinary
+``BatchSpanProcessor``):
+
+* ``on_end`` puts a span on a bounded in-memory queue and returns (no I/O while the collector keeps up);
+* one sender thread exports batches with the configured OTLP exporter. A batch the exporter gives up on (collector
+  down, paused, refusing) is appended to the disk spool (:mod:`strands_tito.spool`); when the queue passes its high
+  water mark (the sender is stuck in a slow export), ``on_end`` moves the oldest spans there itself;
+* while the spool holds records the sender resends them, oldest first, with backoff, before anything newer;
+* a span is refused only past the hard limit on undelivered bytes (memory and disk together,
+  ``STRANDS_TITO_SPOOL_MAX_BYTES``). End signals and rewards have a reserve on top, so that only turn and call spans
+  are ever dropped; each drop is counted for its trajectory (:func:`strands_tito.capture.note_dropped`), reported
+  once per trajectory on stderr, and carried by the trajectory's end signal, so the collector's record says exactly
+  which turns are missing;
+* ``force_flush`` waits until everything is acknowledged (so a collector that holds its acknowledgement, as under
+  Agent Lightning, still holds the exit) or until its deadline, then writes what is left to the spool and returns;
+  ``shutdown`` does the same without waiting. The next process with the same spool key resends it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from . import spans as schema
+from .capture import note_dropped
+from .spool import Spool, SpoolError, decode_request, encode_request
+
+logger = logging.getLogger(__name__)
+
+ENV_SPOOL = "STRANDS_TITO_SPOOL"
+ENV_MAX_BYTES = "STRANDS_TITO_SPOOL_MAX_BYTES"
+ENV_QUEUE_SPANS = "STRANDS_TITO_SPOOL_QUEUE_SPANS"
+ENV_QUEUE_BYTES = "STRANDS_TITO_SPOOL_QUEUE_BYTES"
+DEFAULT_MAX_BYTES = 2 * 1024**3
+DEFAULT_QUEUE_SPANS = 2048
+DEFAULT_QUEUE_BYTES = 256 * 1024**2
+RESERVE_BYTES = 8 * 1024**2  # for end signals and rewards (a few hundred bytes each) past the hard limit
+BATCH_SPANS = 256
+BATCH_BYTES = 4 * 1024**2  # well under the exporter's 64 MiB and a Collector's 20 MiB (HTTP) / 4 MiB (gRPC) default
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    number = int(value)
+    if number <= 0:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return number
+
+
+def spool_enabled() -> bool:
+    """False only when ``STRANDS_TITO_SPOOL`` is ``0``/``false``/``off``/``no`` (then the SDK's plain
+    ``BatchSpanProcessor`` exports strands-tito spans, and drops them when its queue is full)."""
+    return os.environ.get(ENV_SPOOL, "").strip().lower() not in ("0", "false", "off", "no")
+
+
+def estimate_size(span: ReadableSpan) -> int:
+    """About the bytes a span takes in OTLP protobuf: its attributes and events, cheap to compute."""
+    size = 128 + len(span.name)
+    for mapping in (span.attributes, *(event.attributes for event in span.events)):
+        for key, value in (mapping or {}).items():
+            size += len(key) + 8
+            if isinstance(value, bytes | str):
+                size += len(value)
+            elif isinstance(value, list | tuple):
+                size += 11 * len(value)
+    return size
+
+
+class SpoolingSpanProcessor(SpanProcessor):
+    """Exports strands-tito spans with ``exporter``; what cannot be delivered now waits in ``spool`` (see module).
+
+    Args:
+        exporter: The OTLP exporter (HTTP or gRPC), configured as usual.
+        spool: Where undeliverable spans wait; its leftovers from dead processes are sent first.
+        max_bytes: Hard limit on undelivered bytes (queue and spool); turn spans past it are dropped and counted.
+        queue_spans, queue_bytes: High water mark of the in-memory queue; past it spans go to the spool.
+        schedule_delay: Longest a span waits in the queue before a (partial) batch is sent.
+    """
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        spool: Spool,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        queue_spans: int = DEFAULT_QUEUE_SPANS,
+        queue_bytes: int = DEFAULT_QUEUE_BYTES,
+        schedule_delay: float = 0.5,
+        max_backoff: float = 2.0,
+    ) -> None:
+        self.exporter = exporter
+        self.spool = spool
+        self.max_bytes = max_bytes
+        self.queue_spans = queue_spans
+        self.queue_bytes = queue_bytes
+        self.schedule_delay = schedule_delay
+        self.max_backoff = max_backoff
+        self._cond = threading.Condition()
+        self._queue: deque[tuple[ReadableSpan, int]] = deque()
+        self._queued_bytes = 0
+        self._inflight: list[ReadableSpan] | None = None  # a memory batch being exported
+        self._inflight_saved = False  # ... and already written to the spool (shutdown, flush deadline)
+        self._first_queued = 0.0  # when the oldest span in the queue came
+        self._flushes = 0
+        self._stopped = False
+        self._spill_lock = threading.Lock()
+        self._forked = False
+        self.dropped = 0
+        self.spilled = 0
+        self.exported = 0
+        self._reported: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="strands-tito-spool", daemon=True)
+        self._thread.start()
+        # A fork gets a copy of the queue but no sender thread (and must not share the spool's lock): it starts
+        # clean, with a spool of its own, the way BatchSpanProcessor re-inits its worker.
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._after_fork)
+
+    # -- SpanProcessor -----------------------------------------------------------------------------------------------
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Nothing to do when a span starts."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Queue a finished strands-tito span (other spans are ignored); never blocks on the network."""
+        attributes = span.attributes or {}
+        if not schema.is_tito_span(attributes):
+            return
+        size = estimate_size(span)
+        small = attributes.get(schema.KIND) in ("end", "reward")
+        with self._cond:
+            held = self._queued_bytes + self.spool.pending_bytes
+            if self._forked or held + size > self.max_bytes + (RESERVE_BYTES if small else 0):
+                self._drop(span, attributes, held)
+                return
+            if self._stopped:  # after shutdown: straight to disk, for the next process
+                self._queue.append((span, size))
+                self._queued_bytes += size
+                over = True
+            else:
+                if not self._queue:
+                    self._first_queued = time.monotonic()
+                    self._cond.notify_all()
+                self._queue.append((span, size))
+                self._queued_bytes += size
+                over = len(self._queue) > self.queue_spans or self._queued_bytes > self.queue_bytes
+                if len(self._queue) == BATCH_SPANS or self._queued_bytes >= BATCH_BYTES:
+                    self._cond.notify_all()
+        if over:
+            self._spill(keep=0 if self._stopped else self.queue_spans // 2)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Wait until every span so far is acknowledged, at most ``timeout_millis``; past it, write the rest to the
+        spool (for the next process) and return False."""
+        deadline = time.monotonic() + timeout_millis / 1000
+        with self._cond:
+            self._flushes += 1
+            self._cond.notify_all()
+            try:
+                while not self._idle():
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._stopped:
+                        break
+                    self._cond.wait(min(left, 0.05))
+                done = self._idle()
+            finally:
+                self._flushes -= 1
+        if not done:
+            self._save_everything()
+        return done
+
+    def shutdown(self) -> None:
+        """Write whatever is not delivered to the spool and close it (bounded: no network wait)."""
+        with self._cond:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._cond.notify_all()
+        self._save_everything()
+        self._thread.join(0.2)
+        self.spool.close()
+        if self.spool.pending_bytes:
+            logger.warning(
+                "bytes=<%d>, spool=<%s> | undelivered strands-tito spans stay in the spool for the next process",
+                self.spool.pending_bytes,
+                self.spool.dir,
+            )
+        self.exporter.shutdown()
+
+    # -- internals ---------------------------------------------------------------------------------------------------
+
+    def _idle(self) -> bool:
+        return not self._queue and self._inflight is None and self.spool.pending_bytes == 0
+
+    def _drop(self, span: ReadableSpan, attributes: Any, held: int) -> None:
+        self.dropped += 1
+        trajectory_id = str(attributes.get(schema.TRAJECTORY_ID, ""))
+        index = attributes.get(schema.TURN_INDEX, attributes.get(schema.CALL_INDEX))
+        note_dropped(trajectory_id, index if isinstance(index, int) else None)
+        if trajectory_id not in self._reported:
+            self._reported.add(trajectory_id)
+            sys.stderr.write(
+                f"strands-tito: dropped a {attributes.get(schema.KIND)} span of trajectory {trajectory_id}: "
+                f"{held} bytes of spans are waiting for the collector (limit {ENV_MAX_BYTES}={self.max_bytes}); "
+                "its end signal will name what is missing\n"
+            )
+            sys.stderr.flush()
+
+    def _spill(self, keep: int) -> None:
+        """Move the oldest queued spans to the spool until at most ``keep`` are left in memory."""
+        with self._spill_lock:
+            with self._cond:
+                batch: list[ReadableSpan] = []
+                while len(self._queue) > keep:
+                    span, size = self._queue.popleft()
+                    self._queued_bytes -= size
+                    batch.append(span)
+            self._write(batch)
+
+    def _save_everything(self) -> None:
+        """Queue and in-flight batch to the spool (the in-flight one may still arrive too: resends are dropped)."""
+        with self._cond:
+            inflight = self._inflight if self._inflight is not None and not self._inflight_saved else None
+            self._inflight_saved = True
+        if inflight:
+            self._write(inflight)
+        self._spill(keep=0)
+
+    def _write(self, spans: Sequence[ReadableSpan]) -> None:
+        for start in range(0, len(spans), BATCH_SPANS):
+            chunk = spans[start : start + BATCH_SPANS]
+            try:
+                self.spool.append(encode_request(chunk))
+                self.spilled += len(chunk)
+            except (OSError, SpoolError, ValueError) as e:
+                # The disk failed us: these spans are lost; say so per trajectory as for the hard limit.
+                logger.error("error=<%s> | strands-tito spans could not be written to the spool", e)
+                with self._cond:
+                    for span in chunk:
+                        self._drop(span, span.attributes or {}, self.spool.pending_bytes)
+        with self._cond:
+            self._cond.notify_all()
+
+    def _take_batch(self) -> list[ReadableSpan]:
+        batch: list[ReadableSpan] = []
+        size = 0
+        while self._queue and len(batch) < BATCH_SPANS and (not batch or size + self._queue[0][1] <= BATCH_BYTES):
+            span, span_size = self._queue.popleft()
+            self._queued_bytes -= span_size
+            size += span_size
+            batch.append(span)
+        return batch
+
+    def _export(self, spans: list[ReadableSpan]) -> bool:
+        try:
+            return self.exporter.export(spans) is SpanExportResult.SUCCESS
+        except Exception as e:  # an exporter bug must not kill the sender
+            logger.exception("error=<%s> | exporter raised", e)
+            return False
+
+    def _ready(self, now: float) -> bool:
+        if self.spool.pending_bytes:
+            return True
+        if not self._queue:
+            return False
+        return bool(
+            self._flushes
+            or len(self._queue) >= BATCH_SPANS
+            or self._queued_bytes >= BATCH_BYTES
+            or now - self._first_queued >= self.schedule_delay
+        )
+
+    def _run(self) -> None:
+        backoff, retry_at = 0.0, 0.0
+        while True:
+            with self._cond:
+                while not self._stopped:
+                    now = time.monotonic()
+                    if now < retry_at:
+                        self._cond.wait(retry_at - now)
+                    elif self._ready(now):
+                        break
+                    else:
+                        self._cond.wait(
+                            max(self._first_queued + self.schedule_delay - now, 0.01) if self._queue else None
+                        )
+                if self._stopped:
+                    return
+                batch: list[ReadableSpan] = []
+                if not self.spool.pending_bytes:
+                    batch = self._take_batch()
+                    self._inflight, self._inflight_saved = batch, False
+                    self._first_queued = time.monotonic()
+            ok = True
+            record = self.spool.peek() if not batch else None
+            if record is not None:
+                segment, end, payload = record
+                ok = self._export(decode_request(payload))
+                if ok:
+                    self.spool.ack(segment, end)
+            elif batch:
+                ok = self._export(batch)
+                with self._cond:
+                    saved = self._inflight_saved
+                if not ok and not saved:
+                    self._write(batch)
+            with self._cond:
+                if batch:
+                    self._inflight = None
+                    if ok:
+                        self.exported += len(batch)
+                backoff = 0.0 if ok else min(max(backoff * 2, 0.1), self.max_backoff)
+                retry_at = 0.0 if ok else time.monotonic() + backoff
+                self._cond.notify_all()
+
+    def _after_fork(self) -> None:
+        self._cond = threading.Condition()
+        self._queue.clear()
+        self._queued_bytes = 0
+        self._inflight = None
+        self._stopped = True  # a forked child exports nothing through this instance ...
+        self._forked = True  # ... and must not write into the parent's spool files: its spans count as dropped
+
+
+class OtlpCaptureProcessor(SpanProcessor):
+    """strands-tito spans to a :class:`SpoolingSpanProcessor`, every other span to an ordinary processor."""
+
+    def __init__(self, tito: SpoolingSpanProcessor, others: SpanProcessor) -> None:
+        self.tito = tito
+        self.others = others
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Other processors may want to see starts."""
+        self.others.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        """Route by whether the span carries strands-tito data."""
+        if schema.is_tito_span(span.attributes or {}):
+            self.tito.on_end(span)
+        else:
+            self.others.on_end(span)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """strands-tito's spans first, then the rest with the time left."""
+        deadline = time.monotonic() + timeout_millis / 1000
+        done = self.tito.force_flush(timeout_millis)
+        left = int((deadline - time.monotonic()) * 1000)
+        return self.others.force_flush(max(left, 0)) and done
+
+    def shutdown(self) -> None:
+        """Spool what is left, then shut the other processor down."""
+        self.tito.shutdown()
+        self.others.shutdown()
+
+
+__all__ = [
+    "ENV_MAX_BYTES",
+    "ENV_QUEUE_BYTES",
+    "ENV_QUEUE_SPANS",
+    "ENV_SPOOL",
+    "OtlpCaptureProcessor",
+    "SpoolingSpanProcessor",
+    "estimate_size",
+    "spool_enabled",
+]

@@ -1,0 +1,107 @@
+"""Strict, on-policy tool-call parsers, one per model family's format.
+
+A parser reads the model's raw output text and returns the calls exactly as written. Nothing is repaired: a call
+that is not well-formed becomes a :class:`ToolCall` with ``error`` set, which the model provider turns into a tool
+error the model sees (reason and raw text) instead of running anything. Reasoning is never executed. What is
+checked for every format is in :mod:`.base`; each format's module says what it accepts.
+
+=================  ===========================================  =============================
+registry name      models                                       class
+=================  ===========================================  =============================
+``hermes``         Qwen3, QwQ, Qwen2.5 (Hermes JSON)            :class:`HermesToolParser`
+``qwen_xml``       Qwen3-Coder, Qwen3.5/3.6                     :class:`QwenXMLToolParser`
+``glm``            GLM-4.5, 4.6, 4.7                            :class:`GLMToolParser`
+``kimi_k2``        Kimi-K2 Instruct and Thinking                :class:`KimiK2ToolParser`
+``deepseek_v31``   DeepSeek-V3.1                                :class:`DeepSeekV31ToolParser`
+``gpt_oss``        gpt-oss (harmony)                            :class:`GptOssToolParser`
+``llama3_json``    Llama 3.1, 3.2, 3.3                          :class:`Llama3JsonToolParser`
+``minimax_m2``     MiniMax-M2                                   :class:`MiniMaxM2ToolParser`
+=================  ===========================================  =============================
+
+``get_tool_parser("auto", tokenizer=...)`` (and :func:`detect_tool_parser`) picks the parser from the tokenizer's
+chat template and special tokens. strands-sglang 0.6.2's names are kept: ``ToolParseResult`` (this package's
+:class:`ToolCall`), ``TOOL_PARSER_REGISTRY`` (the same dict as ``TOOL_PARSERS``) and its parser class names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import ToolCall, ToolParser, new_call_id
+from .detect import ToolParserDetectionError, detect_tool_parser, foreign_markup
+from .detect import warn_foreign_markup as _warn_foreign_markup
+from .harmony import GptOssToolParser
+from .hermes import HermesToolParser
+from .llama import Llama3JsonToolParser
+from .sections import DeepSeekV31ToolParser, KimiK2ToolParser
+from .xml import GLMToolParser, MiniMaxM2ToolParser, QwenXMLToolParser
+
+#: strands-sglang 0.6.2's name for one parsed call; the same type as :class:`ToolCall`.
+ToolParseResult = ToolCall
+
+TOOL_PARSERS: dict[str, type[ToolParser]] = {
+    parser.name: parser
+    for parser in (
+        HermesToolParser,
+        QwenXMLToolParser,
+        GLMToolParser,
+        KimiK2ToolParser,
+        DeepSeekV31ToolParser,
+        GptOssToolParser,
+        Llama3JsonToolParser,
+        MiniMaxM2ToolParser,
+    )
+}
+#: strands-sglang 0.6.2's name for the registry: the same dict object as :data:`TOOL_PARSERS`.
+TOOL_PARSER_REGISTRY = TOOL_PARSERS
+
+
+def get_tool_parser(name: str = "auto", *, tokenizer: Any = None, **kwargs: Any) -> ToolParser:
+    """Return a new parser by registry name, or the tokenizer's (``"auto"``, see :func:`detect_tool_parser`).
+
+    Args:
+        name: A key of :data:`TOOL_PARSERS`, or ``"auto"``.
+        tokenizer: The model's tokenizer; required for ``"auto"``.
+        kwargs: Passed to the parser class (e.g. ``think_start``/``think_end``).
+
+    Raises:
+        ValueError: Unknown name, or ``"auto"`` without a tokenizer.
+        ToolParserDetectionError: ``"auto"`` could not decide (a ``ValueError``; the message lists the parsers).
+    """
+    if name == "auto":
+        if tokenizer is None:
+            raise ValueError(f'tool parser "auto" needs the tokenizer; or name one of {sorted(TOOL_PARSERS)}')
+        name = detect_tool_parser(tokenizer, TOOL_PARSERS)
+    try:
+        parser_class = TOOL_PARSERS[name]
+    except KeyError:
+        raise ValueError(f"unknown tool parser {name!r}; known: {sorted(TOOL_PARSERS)} or 'auto'") from None
+    return parser_class(**kwargs)
+
+
+def warn_foreign_markup(parser: ToolParser, text: str) -> list[str]:
+    """Warn once per parser and format when ``text`` holds another format's call markup (see :mod:`.detect`)."""
+    return _warn_foreign_markup(parser, text, TOOL_PARSERS.values())
+
+
+__all__ = [
+    "TOOL_PARSERS",
+    "TOOL_PARSER_REGISTRY",
+    "DeepSeekV31ToolParser",
+    "GLMToolParser",
+    "GptOssToolParser",
+    "HermesToolParser",
+    "KimiK2ToolParser",
+    "Llama3JsonToolParser",
+    "MiniMaxM2ToolParser",
+    "QwenXMLToolParser",
+    "ToolCall",
+    "ToolParseResult",
+    "ToolParser",
+    "ToolParserDetectionError",
+    "detect_tool_parser",
+    "foreign_markup",
+    "get_tool_parser",
+    "new_call_id",
+    "warn_foreign_markup",
+]

@@ -1,0 +1,115 @@
+"""Choosing a parser from a tokenizer (``tool_parser="auto"``), and warning about another format's markup.
+
+Detection reads the tokenizer's chat template first: each format has marks that only its family's templates write
+(checked against the real templates of each family, ``strands_tito.chat_templates``). When the template
+says nothing (no template, or one without tool support), the tokenizer's added special tokens decide. When neither
+names exactly one parser, :class:`ToolParserDetectionError` lists the parsers so the caller can pick one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .base import ToolParser
+
+__all__ = ["ToolParserDetectionError", "detect_tool_parser", "foreign_markup", "warn_foreign_markup"]
+
+logger = logging.getLogger(__name__)
+
+
+class ToolParserDetectionError(ValueError):
+    """The tool-call format could not be told from the tokenizer; name a parser explicitly."""
+
+
+def _has(*marks: str) -> Callable[[str], bool]:
+    return lambda text: all(mark in text for mark in marks)
+
+
+# Marks in a chat template, per parser. Qwen3-Coder's and GLM's templates also write <tool_call>, hence the
+# exclusions for hermes; DeepSeek-R1's template uses the same section tokens as V3.1 with a different call body
+# (a ```json block after the tool type), hence its exclusion.
+_TEMPLATE_MARKS: dict[str, Callable[[str], bool]] = {
+    "hermes": lambda t: _has("<tool_call>", '"arguments"')(t) and "<function=" not in t and "<arg_key>" not in t,
+    "qwen_xml": _has("<tool_call>", "<function=", "<parameter="),
+    "glm": _has("<tool_call>", "<arg_key>", "<arg_value>"),
+    "kimi_k2": _has("<|tool_calls_section_begin|>", "<|tool_call_argument_begin|>"),
+    "deepseek_v31": lambda t: _has("<｜tool▁calls▁begin｜>", "<｜tool▁sep｜>")(t) and "```json" not in t,
+    "gpt_oss": _has("<|channel|>", "<|call|>", "to="),
+    "llama3_json": _has("<|start_header_id|>", '"parameters": '),
+    "minimax_m2": _has("<minimax:tool_call>", "<invoke name="),
+}
+
+# Special tokens only one family's vocabulary has. Qwen's <tool_call> is shared by hermes and qwen_xml models, so
+# it decides nothing here.
+_TOKEN_MARKS: dict[str, tuple[str, ...]] = {
+    "glm": ("<arg_key>", "<|observation|>"),
+    "kimi_k2": ("<|tool_calls_section_begin|>",),
+    "deepseek_v31": ("<｜tool▁calls▁begin｜>",),
+    "gpt_oss": ("<|call|>", "<|channel|>"),
+    "llama3_json": ("<|python_tag|>",),
+    "minimax_m2": ("<minimax:tool_call>",),
+}
+
+
+def _template_text(tokenizer: Any) -> str:
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # several named templates (e.g. "default" and "tool_use")
+        return "\n".join(str(t) for t in template.values())
+    return template if isinstance(template, str) else ""
+
+
+def _special_tokens(tokenizer: Any) -> set[str]:
+    tokens: set[str] = set()
+    get_added = getattr(tokenizer, "get_added_vocab", None)
+    if callable(get_added):
+        tokens.update(get_added())
+    tokens.update(getattr(tokenizer, "all_special_tokens", None) or [])
+    return tokens
+
+
+def detect_tool_parser(tokenizer: Any, known: Iterable[str] | None = None) -> str:
+    """The registry name of the parser for the tokenizer's model (its chat template, then its special tokens).
+
+    Raises:
+        ToolParserDetectionError: Neither names exactly one parser; the message lists the parsers.
+    """
+    names = sorted(known if known is not None else _TEMPLATE_MARKS)
+    template = _template_text(tokenizer)
+    by_template = [name for name, test in _TEMPLATE_MARKS.items() if template and test(template)]
+    if len(by_template) == 1:
+        return by_template[0]
+    tokens = _special_tokens(tokenizer)
+    by_tokens = [name for name, marks in _TOKEN_MARKS.items() if all(mark in tokens for mark in marks)]
+    if not by_template and len(by_tokens) == 1:
+        return by_tokens[0]
+    found = by_template or by_tokens
+    why = f"it matches several formats {found}" if found else "its chat template and special tokens match none"
+    raise ToolParserDetectionError(
+        f"cannot choose a tool parser for this tokenizer: {why}; pass tool_parser= one of {names}"
+    )
+
+
+def foreign_markup(parser: ToolParser, text: str, parsers: Iterable[type[ToolParser]]) -> list[str]:
+    """Names of the other formats whose call markup ``text`` contains (empty for the parser's own format)."""
+    return [other.name for other in parsers if other.name != parser.name and other.markup.search(text) is not None]
+
+
+def warn_foreign_markup(parser: ToolParser, text: str, parsers: Iterable[type[ToolParser]]) -> list[str]:
+    """Log a warning, once per parser and foreign format, when ``text`` holds another format's call markup.
+
+    Such calls are not read by ``parser`` (they stay plain text), which usually means the wrong parser was chosen.
+    Returns the formats warned about now.
+    """
+    new = [name for name in foreign_markup(parser, text, parsers) if name not in parser.warned_formats]
+    for name in new:
+        parser.warned_formats.add(name)
+        logger.warning(
+            "parser=<%s>, matching_parser=<%s> | model output contains tool call markup of another format; "
+            "those calls are not executed; use tool_parser=%r if this is the model's format",
+            parser.name,
+            name,
+            name,
+        )
+    return new

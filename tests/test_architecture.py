@@ -1,0 +1,168 @@
+"""The layering rules, checked on the source (AST) and at run time in a fresh interpreter.
+
+Layers, bottom to top: the trajectory, span schema, record schema and assembler; capture; the providers; the local
+engine (a test/dev tool). The collector and the exporters sit on the bottom layer only, so a platform engineer who
+runs just ``strands-tito collect`` never loads the agent side.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_ROOTS = [ROOT / "src", ROOT / "collector", ROOT / "exporters"]
+
+#: Modules of the bottom layer: plain data, the span codec, the assembler. They import no framework.
+BOTTOM = {
+    "strands_tito.trajectory",
+    "strands_tito.spans",
+    "strands_tito.span_images",
+    "strands_tito.records",
+    "strands_tito.assembly",
+    "strands_tito.otlp",
+}
+#: What the bottom layer, the collector and the exporters must never import (agent side and frameworks).
+AGENT_SIDE = ("strands", "transformers", "tokenizers", "opentelemetry.sdk", "strands_tito.engine")
+PROVIDERS = (
+    "strands_tito.sglang",
+    "strands_tito.vllm",
+    "strands_tito.token_model",
+    "strands_tito.client",
+    "strands_tito.prompt",
+    "strands_tito.tool_parsers",
+    "strands_tito.limiter",
+    "strands_tito.slime",
+)
+CAPTURE = (
+    "strands_tito.capture",
+    "strands_tito.instrument",
+    "strands_tito.openai_capture",
+    "strands_tito.spool",
+    "strands_tito.spool_processor",
+)
+
+
+def product_modules() -> Iterator[tuple[str, Path]]:
+    for root in SOURCE_ROOTS:
+        for path in sorted(root.rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            if parts and parts[0] == "strands_tito":
+                yield ".".join(parts), path
+
+
+def runtime_imports(name: str, path: Path, *, load_time_only: bool = False) -> Iterator[tuple[str, list[str]]]:
+    """``(module, imported names)`` for each import that can run (not under TYPE_CHECKING); with ``load_time_only``,
+    only those that run when the module loads (not inside functions)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def visit(node: ast.AST) -> Iterator[tuple[str, list[str]]]:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                yield from visit(child)
+            return
+        if load_time_only and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, []
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")
+            if node.level:
+                base = base[: len(base) - node.level + 1]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            yield module, [alias.name for alias in node.names]
+        for child in ast.iter_child_nodes(node):
+            yield from visit(child)
+
+    yield from visit(tree)
+
+
+def within(module: str, prefixes: tuple[str, ...] | set[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+MODULES = dict(product_modules())
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_layering(name: str) -> None:
+    imported = [module for module, _ in runtime_imports(name, MODULES[name])]
+    if name in BOTTOM:
+        assert not [m for m in imported if within(m, AGENT_SIDE) or within(m, PROVIDERS) or within(m, CAPTURE)]
+        assert not [m for m in imported if m.startswith("strands_tito.") and m not in BOTTOM]
+    if within(name, ("strands_tito.collector", "strands_tito.exporters")):
+        assert not [m for m in imported if within(m, AGENT_SIDE) or within(m, PROVIDERS) or within(m, CAPTURE)]
+    if within(name, CAPTURE):
+        assert not [m for m in imported if within(m, PROVIDERS)]
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_private_names_across_modules(name: str) -> None:
+    own_package = name.rpartition(".")[0] if MODULES[name].name != "__init__.py" else name
+    crossing = [
+        f"{module}.{imported}"
+        for module, names in runtime_imports(name, MODULES[name])
+        if module.startswith("strands_tito") and not within(module, (own_package,))
+        for imported in names
+        if imported.startswith("_") and not imported.startswith("__")
+    ]
+    assert not crossing
+
+
+def test_no_import_cycles() -> None:
+    graph = {
+        name: {m for m, _ in runtime_imports(name, path, load_time_only=True) if m in MODULES and m != name}
+        for name, path in MODULES.items()
+    }
+    # A package's __init__ that re-exports its own submodules is not a cycle with them.
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not (name.startswith(m + ".") and m in graph)}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def walk(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                walk(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            walk(name, [name])
+    assert not cycles
+
+
+def test_collector_and_exporters_load_no_agent_side_at_run_time() -> None:
+    modules = sorted(m for m in MODULES if within(m, ("strands_tito.collector", "strands_tito.exporters")))
+    forbidden = AGENT_SIDE + PROVIDERS + CAPTURE
+    script = (
+        "import importlib, sys\n"
+        f"for name in {modules!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"bad = [m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in {forbidden!r})]\n"
+        "print(','.join(sorted(bad)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_the_public_api_stays_importable_lazily() -> None:
+    import strands_tito
+
+    for name in strands_tito.__all__:
+        assert getattr(strands_tito, name) is not None
+    assert sorted(strands_tito.__all__) == sorted(set(strands_tito.__all__))

@@ -1,0 +1,200 @@
+"""The OTLP spool: strands-tito spans survive a collector that is down, slow or gone, and a process restart; past the
+hard limit, drops are counted and end up in the end signal, which makes the record say exactly what is missing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from strands_tito import capture
+from strands_tito import spans as schema
+from strands_tito.assembly import TrajectoryAssembler
+from strands_tito.spool import Spool, decode_request, encode_request
+from strands_tito.spool_processor import SpoolingSpanProcessor
+from strands_tito.trajectory import Trajectory
+
+
+class Gate(SpanExporter):
+    """An exporter whose collector is up or down at the test's say; keeps what it delivered."""
+
+    def __init__(self) -> None:
+        self.up = threading.Event()
+        self.delivered: list[ReadableSpan] = []
+        self.attempts = 0
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.attempts += 1
+        if not self.up.is_set():
+            time.sleep(0.01)
+            return SpanExportResult.FAILURE
+        self.delivered.extend(spans)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        pass
+
+
+def turn_spans(provider: TracerProvider, trajectory: Trajectory) -> None:
+    """A trajectory's turn spans and end signal, through ``provider``."""
+    tracer = provider.get_tracer("t")
+    for turn in trajectory.turns:
+        start, end = turn.output_start, turn.output_start + turn.output_length
+        attributes = schema.turn_attributes(
+            trajectory.trajectory_id,
+            turn.index,
+            turn.prompt_start,
+            turn.prefix_crc32,
+            trajectory.token_ids[turn.prompt_start : start],
+            trajectory.logprobs[turn.prompt_start : start],
+            trajectory.token_ids[start:end],
+            trajectory.logprobs[start:end],
+            finish_reason="stop",
+        )
+        tracer.start_span("chat", attributes=attributes).end()
+
+
+def end_attributes(trajectory: Trajectory) -> dict[str, object]:
+    return {
+        schema.SCHEMA: schema.SCHEMA_VERSION,
+        schema.KIND: "end",
+        schema.TRAJECTORY_ID: trajectory.trajectory_id,
+        schema.END_REASON: "reset",
+        schema.END_TURNS: len(trajectory.turns),
+        schema.END_LENGTH: len(trajectory),
+        schema.END_CRC32: trajectory.crc32,
+    }
+
+
+def make_trajectory(turns: int, tokens: int = 50) -> Trajectory:
+    t = Trajectory()
+    for k in range(turns):
+        t.append_turn(
+            list(range(k, k + tokens)), list(range(tokens)), output_logprobs=[-0.5] * tokens, finish_reason="stop"
+        )
+    return t
+
+
+def assemble(spans: Sequence[ReadableSpan]) -> list[dict[str, object]]:
+    assembler = TrajectoryAssembler()
+    records = []
+    for span in spans:
+        attributes = dict(span.attributes or {})
+        records += assembler.add(schema.decode_span(attributes, span.end_time or 0))
+    records += assembler.flush()
+    return [r.to_dict() for r in records]
+
+
+def test_request_round_trip_keeps_every_field() -> None:
+    provider = TracerProvider()
+    exporter = Gate()
+    exporter.up.set()
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    t = make_trajectory(2)
+    turn_spans(provider, t)
+    with provider.get_tracer("t").start_as_current_span("chat", attributes={"x": [1, 2]}) as span:
+        span.add_event("gen_ai.choice", {"message": "hi"})
+    payload = encode_request(exporter.delivered)
+    again = decode_request(payload)
+    assert encode_request(again) == payload
+
+
+def test_collector_down_then_up_delivers_everything_in_order(tmp_path: Path) -> None:
+    gate = Gate()
+    processor = SpoolingSpanProcessor(gate, Spool(tmp_path), queue_spans=4, schedule_delay=0.01, max_backoff=0.05)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    trajectories = [make_trajectory(3) for _ in range(10)]
+    for t in trajectories:
+        turn_spans(provider, t)
+        provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(t)).end()
+    deadline = time.monotonic() + 5
+    while processor.spilled < 30 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert processor.spool.pending_bytes > 0 and not gate.delivered
+    gate.up.set()
+    assert processor.force_flush(10_000)
+    records = assemble(gate.delivered)
+    assert len(records) == 10 and all(r["complete"] for r in records)
+    assert {r["trajectory_id"]: r["token_ids"] for r in records} == {t.trajectory_id: t.token_ids for t in trajectories}
+    assert not list(processor.spool.dir.glob("seg-*"))
+    processor.shutdown()
+    assert not processor.spool.dir.exists()
+
+
+def test_exit_leaves_the_rest_in_the_spool_and_the_next_process_sends_it(tmp_path: Path) -> None:
+    gate = Gate()
+    first = SpoolingSpanProcessor(gate, Spool(tmp_path), schedule_delay=0.01, max_backoff=0.05)
+    provider = TracerProvider()
+    provider.add_span_processor(first)
+    t = make_trajectory(4)
+    turn_spans(provider, t)
+    provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(t)).end()
+    started = time.monotonic()
+    assert not first.force_flush(300)  # bounded: the collector is down
+    assert time.monotonic() - started < 2
+    first.shutdown()
+    assert list(tmp_path.glob("*/seg-*.spool"))
+
+    gate.up.set()
+    second = SpoolingSpanProcessor(gate, Spool(tmp_path), schedule_delay=0.01)
+    assert second.spool.adopted_bytes > 0
+    assert second.force_flush(5_000)
+    [record] = assemble(gate.delivered)
+    assert record["complete"] and record["token_ids"] == t.token_ids
+    second.shutdown()
+    assert not tmp_path.exists()  # the key directory goes too once it is empty
+
+
+def test_past_the_hard_limit_drops_are_counted_and_the_record_names_them(tmp_path: Path) -> None:
+    gate = Gate()
+    processor = SpoolingSpanProcessor(gate, Spool(tmp_path), max_bytes=3000, schedule_delay=0.01, max_backoff=0.05)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    t = make_trajectory(6, tokens=100)  # ~1.3 KB a turn span: some fit, the rest cannot
+    turn_spans(provider, t)
+    assert processor.dropped > 0
+    capture._open[t.trajectory_id] = t  # as record_turn would have
+    tracer = provider.get_tracer("t")
+    original = capture._tracer
+    capture._tracer = tracer  # type: ignore[assignment]
+    try:
+        capture.end_trajectory(t, "reset")
+    finally:
+        capture._tracer = original
+    gate.up.set()
+    assert processor.force_flush(5_000)
+    [record] = assemble(gate.delivered)
+    assert not record["complete"]
+    reason = str(record["reason"])
+    assert f"dropped {processor.dropped} span(s)" in reason and "spool" in reason
+    [end] = [s for s in gate.delivered if s.name == schema.SPAN_END]
+    dropped = list((end.attributes or {})[schema.END_DROPPED_INDICES])  # type: ignore[arg-type]
+    delivered_turns = {(s.attributes or {}).get(schema.TURN_INDEX) for s in gate.delivered if s.name == "chat"}
+    assert sorted(set(dropped) | delivered_turns) == list(range(6)) and not set(dropped) & delivered_turns
+    processor.shutdown()
+
+
+@pytest.mark.parametrize("torn", [3, 11])
+def test_a_torn_last_record_is_skipped(tmp_path: Path, torn: int) -> None:
+    spool = Spool(tmp_path)
+    spool.append(b"one")
+    spool.append(b"two" * 10)
+    [segment] = list(spool.dir.glob("seg-*.spool"))
+    spool._lock_file.close()  # as if the process died mid-write
+    with segment.open("ab") as f:
+        f.write(b"\x10\x00\x00\x00garbage"[:torn])
+    adopted = Spool(tmp_path)
+    payloads = []
+    while (item := adopted.peek()) is not None:
+        payloads.append(item[2])
+        adopted.ack(item[0], item[1])
+    assert payloads == [b"one", b"two" * 10]
+    adopted.close()
