@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import email.utils
 import logging
+import os
 import random
 import threading
 import time
@@ -381,6 +382,12 @@ class _CancelWatch:
         with self.lock:
             self.pending.pop(task, None)
 
+    @classmethod
+    def after_fork(cls) -> None:
+        """A forked child has none of the parent's watcher threads: it starts with no watches."""
+        cls.lock = threading.Lock()
+        cls.watches = {}
+
     def run(self) -> None:
         while True:
             fired = self.signal.wait(self.idle)
@@ -394,6 +401,10 @@ class _CancelWatch:
                 with contextlib.suppress(RuntimeError):  # a closed loop: nothing left to cancel there
                     loop.call_soon_threadsafe(fire)
             return
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_CancelWatch.after_fork)
 
 
 async def _until_cancelled[T](coro: Any, cancel_signal: threading.Event) -> T:
