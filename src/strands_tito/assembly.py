@@ -33,29 +33,6 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class CallRecord:
-    """One OpenAI-compatible call exactly as the server tokenized and generated it."""
-
-    index: int
-    prompt_ids: list[int]
-    output_ids: list[int]
-    output_logprobs: list[float | None]
-    finish_reason: str
-    request_id: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return {
-            "index": self.index,
-            "prompt_ids": list(self.prompt_ids),
-            "output_ids": list(self.output_ids),
-            "output_logprobs": list(self.output_logprobs),
-            "finish_reason": self.finish_reason,
-            "request_id": self.request_id,
-        }
-
-
-@dataclass(frozen=True)
 class PrefixCheck:
     """Whether call ``index``'s prompt starts with call ``index - 1``'s prompt + output.
 
@@ -95,7 +72,7 @@ class TrajectoryRecord:
     trace_ids: list[str] = field(default_factory=list)
     resource: dict[str, Any] = field(default_factory=dict)
     tool_parse_errors: list[dict[str, str]] = field(default_factory=list)
-    calls: list[CallRecord] = field(default_factory=list)
+    calls: list[CallSpan] = field(default_factory=list)
     """Call trajectories only: every call, in order, exactly as recorded (empty for turn trajectories)."""
     prefix_report: list[PrefixCheck] = field(default_factory=list)
     """Call trajectories only: one check per consecutive pair of calls."""
@@ -111,7 +88,7 @@ class TrajectoryRecord:
         return self.rewards[-1] if self.rewards else None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form: one line of a JSONL export."""
+        """Plain-JSON form: one line of a JSONL export (the fields of :data:`~strands_tito.records.RECORD_FIELDS`)."""
         return {
             "trajectory_id": self.trajectory_id,
             "complete": self.complete,
@@ -486,12 +463,7 @@ def build_call_record(
         complete=not problems,
         reason="; ".join(problems) or None,
         model_id=next((c.model_id for c in ordered if c.model_id), None),
-        calls=[
-            CallRecord(
-                c.index, list(c.prompt_ids), list(c.output_ids), list(c.output_logprobs), c.finish_reason, c.request_id
-            )
-            for c in ordered
-        ],
+        calls=ordered,
         prefix_report=report,
         prefix_consistent=all(check.shares_prefix for check in report),
         merged_calls=merged,

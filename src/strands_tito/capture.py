@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import atexit
 import functools
-import json
 import logging
 import os
-import re
 import threading
 import time
 import weakref
@@ -31,17 +29,17 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 
 from . import spans as schema
 from .assembly import TrajectoryAssembler, TrajectoryRecord
+from .records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
+from .records import AGL_ROLLOUT_ID as AGL_ROLLOUT_ID
+from .records import ENV_CAPTURE as ENV_CAPTURE
+from .records import agentlightning_identity_of, capture_off, jsonl_bytes
 from .span_images import encode_images, max_image_bytes
 from .trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
 
-ENV_CAPTURE = "STRANDS_TITO_CAPTURE"
 ENV_ENCODING = "STRANDS_TITO_SPAN_ENCODING"
 ENV_FLUSH_TIMEOUT = "STRANDS_TITO_FLUSH_TIMEOUT"
-AGL_ROLLOUT_ID = "agentlightning.rollout_id"
-AGL_ATTEMPT_ID = "agentlightning.attempt_id"
-_AGL_EVENT_URL = re.compile(r"/rollouts/(?P<rollout>[^/]+)/attempt/(?P<attempt>[^/]+)/events/?$")
 
 _tracer = trace.get_tracer("strands_tito")
 _lock = threading.Lock()
@@ -76,7 +74,7 @@ class CaptureConfigError(RuntimeError):
 
 def capture_enabled() -> bool:
     """False only when ``STRANDS_TITO_CAPTURE`` is ``0``/``false``/``off``."""
-    return os.environ.get(ENV_CAPTURE, "").strip().lower() not in ("0", "false", "off", "no")
+    return not capture_off(os.environ.get(ENV_CAPTURE))
 
 
 def span_encoding() -> schema.Encoding:
@@ -92,10 +90,7 @@ def agentlightning_identity(environ: dict[str, str] | None = None) -> dict[str, 
 
 @functools.lru_cache(maxsize=8)
 def _identity_of(event_url: str) -> tuple[tuple[str, str], ...]:
-    match = _AGL_EVENT_URL.search(event_url)
-    if match is None:
-        return ()
-    return ((AGL_ROLLOUT_ID, match.group("rollout")), (AGL_ATTEMPT_ID, match.group("attempt")))
+    return tuple(agentlightning_identity_of(event_url).items())
 
 
 def check_span_limits(limits: Any) -> None:
@@ -390,14 +385,14 @@ class TrajectoryFileWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] = self.path.open("a", encoding="utf-8")
+        self._file: IO[bytes] = self.path.open("ab")
         self._lock = threading.Lock()
 
     def write(self, record: TrajectoryRecord) -> None:
         """Write one record."""
-        line = json.dumps(record.to_dict(), separators=(",", ":"), allow_nan=False, default=str)
+        line = jsonl_bytes([record.to_dict()])
         with self._lock:
-            self._file.write(line + "\n")
+            self._file.write(line)
             self._file.flush()
 
     def close(self) -> None:

@@ -21,13 +21,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from strands_tito import spans as schema
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord, quarantined
 from strands_tito.otlp import attributes_of
+from strands_tito.records import AGL_IDENTITY_KEYS
 
 from .store import Store, StoredSpan
 
 logger = logging.getLogger(__name__)
-
-# Agent Lightning's rollout and attempt ids (strands_tito.capture.AGL_ROLLOUT_ID / AGL_ATTEMPT_ID).
-_SPAN_IDENTITY = ("agentlightning.rollout_id", "agentlightning.attempt_id")
 
 
 class PayloadTooLarge(ValueError):
@@ -246,10 +244,5 @@ def _json_safe(value: Any) -> Any:
 def _with_span_identity(resource: dict[str, Any], attributes: dict[str, Any]) -> dict[str, Any]:
     """The resource, plus the Agent Lightning ids capture puts on its spans when the resource lacks them (an app's
     own tracer provider built without the environment's resource attributes)."""
-    missing = {k: _json_safe(attributes[k]) for k in _SPAN_IDENTITY if k in attributes and k not in resource}
+    missing = {k: _json_safe(attributes[k]) for k in AGL_IDENTITY_KEYS if k in attributes and k not in resource}
     return {**resource, **missing} if missing else resource
-
-
-def describe(result: IngestResult) -> dict[str, Any]:
-    """Counts for logs and responses."""
-    return {"accepted": result.accepted, "duplicates": result.duplicates, "rejected": result.rejected}
