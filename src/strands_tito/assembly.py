@@ -195,32 +195,29 @@ class TrajectoryAssembler:
         return []
 
     def _add_turn(self, pending: _Pending, turn: TurnSpan | SpanRef) -> None:
-        known = pending.turns.get(turn.index)
-        if known is not None:
-            if known == turn:
-                self.stats.duplicates += 1
-            else:
-                self.stats.conflicts += 1
-                pending.conflicts.append(f"turn {turn.index} arrived twice with different contents")
-            return
-        if pending.turns and turn.index < max(pending.turns):
-            self.stats.reordered += 1
-        pending.turns[turn.index] = turn
-        self.stats.turns += 1
+        if self._add_indexed(pending, pending.turns, turn, "turn"):
+            self.stats.turns += 1
 
     def _add_call(self, pending: _Pending, call: CallSpan | SpanRef) -> None:
-        known = pending.calls.get(call.index)
+        if self._add_indexed(pending, pending.calls, call, "call"):
+            self.stats.calls += 1
+
+    def _add_indexed(
+        self, pending: _Pending, held: dict[int, Any], span: TurnSpan | CallSpan | SpanRef, what: str
+    ) -> bool:
+        """Keep a turn or call by its index; False for a duplicate (counted) or a conflicting one (noted)."""
+        known = held.get(span.index)
         if known is not None:
-            if known == call:
+            if known == span:
                 self.stats.duplicates += 1
             else:
                 self.stats.conflicts += 1
-                pending.conflicts.append(f"call {call.index} arrived twice with different contents")
-            return
-        if pending.calls and call.index < max(pending.calls):
+                pending.conflicts.append(f"{what} {span.index} arrived twice with different contents")
+            return False
+        if held and span.index < max(held):
             self.stats.reordered += 1
-        pending.calls[call.index] = call
-        self.stats.calls += 1
+        held[span.index] = span
+        return True
 
     def conflict(self, span: Decoded) -> str | None:
         """Why ``span`` contradicts what is already held for its trajectory (a different turn at the same index)."""
