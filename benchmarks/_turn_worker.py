@@ -37,6 +37,11 @@ USER_PROMPT = "Call the noop tool with x=1 and keep calling it until you are sto
 BYTES_SAMPLE = (1, 15, 29)
 
 
+# The text the tool returns once per episode (its first call) when --tool-result-file is given: a turn that brings
+# in a long tool result (a file or a web page read by the agent). Every other call returns "ok".
+LONG_RESULT: dict[str, str | None] = {"text": None, "pending": None}
+
+
 @tool
 def noop(x: int) -> str:
     """Do nothing and report success.
@@ -44,6 +49,10 @@ def noop(x: int) -> str:
     Args:
         x: Any integer.
     """
+    pending = LONG_RESULT["pending"]
+    if pending is not None:
+        LONG_RESULT["pending"] = None
+        return pending
     return "ok"
 
 
@@ -282,6 +291,7 @@ async def run_episode(impl: dict[str, Any], probe: Probe, system_prompt: str, ca
     """One episode of ``calls`` measured model calls plus one that closes the last turn."""
     impl["reset"]()
     probe.reset()
+    LONG_RESULT["pending"] = LONG_RESULT["text"]
     agent = Agent(
         model=impl["model"],
         tools=[noop],
@@ -342,9 +352,81 @@ async def run_episode(impl: dict[str, Any], probe: Probe, system_prompt: str, ca
     }
 
 
+async def concurrent_throughput(args: argparse.Namespace, tokenizer: Any, system_prompt: str) -> dict[str, Any]:
+    """``--agents K`` agents in this one process at once, each with its own model, all sharing one client.
+
+    Returns the model calls made and the process CPU (all threads) and wall time they took: calls per CPU-second.
+    """
+    agents = args.agents
+    sampling = {"max_new_tokens": args.max_new_tokens}
+    if args.impl == "tito":
+        from strands_tito import SGLangClient, SGLangModel, ToolLimiter, ToolLimitReachedError
+
+        client: Any = SGLangClient(args.url, max_connections=max(agents, 8))
+
+        def make_model() -> Any:
+            return SGLangModel(client=client, tokenizer=tokenizer, sampling_params=sampling)
+
+        limiter: Any = ToolLimiter
+        limit_error: Any = ToolLimitReachedError
+    else:
+        from strands_sglang import LoopLimiter, LoopLimitReachedError
+        from strands_sglang import SGLangClient as PeerClient
+        from strands_sglang import SGLangModel as PeerModel
+        from strands_sglang.tool_parsers import HermesToolParser
+
+        client = PeerClient(args.url, max_connections=max(agents, 8))
+
+        def make_model() -> Any:
+            return PeerModel(
+                client=client, tokenizer=tokenizer, tool_parser=HermesToolParser(), sampling_params=sampling
+            )
+
+        limiter, limit_error = LoopLimiter, LoopLimitReachedError
+    made = [0]
+
+    async def one_agent(calls: int) -> None:
+        model = make_model()
+        original = model.stream
+
+        def stream(*a: Any, **k: Any) -> Any:
+            made[0] += 1
+            return original(*a, **k)
+
+        model.stream = stream
+        agent = Agent(
+            model=model,
+            tools=[noop],
+            system_prompt=system_prompt,
+            callback_handler=None,
+            conversation_manager=NullConversationManager(),
+            hooks=[limiter(max_tool_iters=calls)],
+        )
+        try:
+            await agent.invoke_async(USER_PROMPT)
+        except Exception as e:
+            if not _caused_by(e, limit_error):
+                raise
+
+    await asyncio.gather(*(one_agent(3) for _ in range(min(agents, 4))))  # warm-up
+    gc.collect()
+    made[0] = 0
+    waves = max(1, args.min_calls // (agents * (args.calls + 1)))
+    c0, w0 = time.process_time(), time.perf_counter()
+    for _ in range(waves):
+        await asyncio.gather(*(one_agent(args.calls) for _ in range(agents)))
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    return {"agents": agents, "waves": waves, "calls": made[0], "cpu": cpu, "wall": wall}
+
+
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer, local_files_only=True)
     system_prompt = Path(args.prompt_file).read_text(encoding="utf-8")
+    if args.tool_result_file:
+        LONG_RESULT["text"] = Path(args.tool_result_file).read_text(encoding="utf-8")
+    if args.agents:
+        concurrent = await concurrent_throughput(args, tokenizer, system_prompt)
+        return {"impl": args.impl, "concurrent": concurrent, "versions": {}, "python": sys.version.split()[0]}
     probe = Probe()
     build = build_tito if args.impl == "tito" else build_peer
     impl = build(args.url, tokenizer, args.max_new_tokens, probe, args.breakdown)
@@ -399,6 +481,9 @@ def main() -> int:
     parser.add_argument(
         "--breakdown", action="store_true", help="also time the pieces of each model call (tokenize, http, ...)"
     )
+    parser.add_argument("--tool-result-file", help="text the tool returns on its first call of each episode")
+    parser.add_argument("--agents", type=int, default=0, help="concurrent mode: this many agents at once")
+    parser.add_argument("--min-calls", type=int, default=0, help="concurrent mode: repeat waves up to this many calls")
     parser.add_argument("--profile", metavar="FILE.pstats", help="cProfile the measured episodes (slows them down)")
     args = parser.parse_args()
     result = asyncio.run(main_async(args))

@@ -150,8 +150,20 @@ class _Sink(BaseHTTPRequestHandler):
         pass
 
 
+# Part 3 settings: (label, environment). "untraced": no tracer provider at all; "strands": an SDK provider with an
+# OTLP/HTTP exporter, strands-tito capture off (plain Strands tracing, message text on the spans); "capture": the same
+# provider with capture on (token data on the chat spans, message text off by default); "capture+content": capture
+# on, keeping the message text (STRANDS_TITO_SPAN_CONTENT=1).
+SETTINGS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("untraced", {"STRANDS_TITO_CAPTURE": "0", "BENCH_TRACING": "0"}),
+    ("strands", {"STRANDS_TITO_CAPTURE": "0", "BENCH_TRACING": "1"}),
+    ("capture", {"STRANDS_TITO_CAPTURE": "1", "BENCH_TRACING": "1"}),
+    ("capture+content", {"STRANDS_TITO_CAPTURE": "1", "BENCH_TRACING": "1", "STRANDS_TITO_SPAN_CONTENT": "1"}),
+)
+
+
 def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int) -> dict[str, Any]:
-    """One agent episode in this process; prints per-call CPU (run as a subprocess per setting)."""
+    """Agent episodes in this process (a fresh one per setting); returns CPU per call and bytes sent per call."""
     from opentelemetry import trace
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -161,9 +173,11 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     from strands_tito import SGLangClient, SGLangModel, ToolLimiter
     from strands_tito.tokenizers import build_qwen3_tokenizer
 
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=sink_url)))
-    trace.set_tracer_provider(provider)
+    provider = None
+    if os.environ.get("BENCH_TRACING") == "1":
+        provider = TracerProvider()
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=sink_url)))
+        trace.set_tracer_provider(provider)
 
     @tool
     def noop(x: int) -> str:
@@ -178,6 +192,7 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     system = " ".join(["alpha beta gamma delta"] * (system_tokens // 4))
     samples: list[float] = []
     starts: list[float] = []
+    tokens: list[int] = []
 
     async def episode() -> None:
         model = SGLangModel(
@@ -203,29 +218,98 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
         )
         with contextlib.suppress(Exception):  # the limiter ends the episode with an exception
             await agent.invoke_async("go")
+        tokens.append(len(model.token_manager))
         model.reset()
 
+    def flush() -> None:
+        if provider is not None:
+            provider.force_flush()
+
     asyncio.run(episode())  # warm-up
+    flush()
     samples.clear()
+    tokens.clear()
     turns: list[float] = []
-    for _ in range(3):
+    episodes = 3
+    c0 = time.process_time()
+    for _ in range(episodes):
         starts.clear()
         asyncio.run(episode())
         # A turn: from one model call's start to the next one's (adds the tool run and Strands' loop).
         turns += [(b - a) * 1000 for a, b in itertools.pairwise(starts[1:])]
-    provider.force_flush()
+    flush()  # the exporter's work for these spans is part of the cost
+    cpu = time.process_time() - c0
     later = [s for i, s in enumerate(samples) if i % calls != 0]
+    # The first call of an episode tokenizes the whole prompt (the same work in every setting): its model-call CPU is
+    # taken out, so the cost per call is that of the calls after it, spans and their export included.
+    first = samples[::calls]
     return {
         "per_call_ms": statistics.median(later),
         "per_turn_ms": statistics.median(turns),
-        "first_call_ms": statistics.median(samples[::calls]),
+        "first_call_ms": statistics.median(first),
+        "cpu_ms_per_call": (1000 * cpu - sum(first)) / (len(samples) - len(first)),
+        "calls": len(samples),
+        "tokens": sum(tokens),
     }
 
 
-def part3(sizes: list[int], calls: int) -> list[dict[str, Any]]:
+def part3(sizes: list[int], calls: int, rounds: int) -> list[dict[str, Any]]:
     script = Path(__file__).resolve().parent / "_engine_script.json"
     call = '<tool_call>\n{"name": "noop", "arguments": {"x": 1}}\n</tool_call>'
     script.write_text(json.dumps({"scripts": [], "default": {"text": call}}))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sink = f"http://127.0.0.1:{server.server_port}/v1/traces"
+    rows = []
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "STRANDS_TITO_"))}
+    try:
+        for n in sizes:
+            measured: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in SETTINGS}
+            sent: dict[str, int] = {label: 0 for label, _ in SETTINGS}
+            for round_ in range(rounds):
+                for label, extra in SETTINGS if round_ % 2 == 0 else SETTINGS[::-1]:
+                    engine = _start_engine(script)  # fresh: same server state for every worker
+                    try:
+                        before = _Sink.received
+                        done = subprocess.run(
+                            [sys.executable, __file__, "--worker", engine[1], sink, str(n), str(calls)],
+                            env={**clean, **extra},
+                            capture_output=True,
+                            text=True,
+                        )
+                        if done.returncode != 0:
+                            raise RuntimeError(f"worker {label} failed: {done.stderr[-3000:]}")
+                        result = json.loads(done.stdout.strip().splitlines()[-1])
+                        # Bytes of the measured episodes only would need a flush marker; the warm-up episode is
+                        # one more episode of the same shape, so bytes per call count it too (calls + warm-up).
+                        result["bytes"] = _Sink.received - before
+                        measured[label].append(result)
+                        sent[label] += result["bytes"]
+                    finally:
+                        engine[0].terminate()
+                        engine[0].wait()
+                    print(
+                        f"[capture_cost] {n} tokens, {label}: {result['cpu_ms_per_call']:.2f} ms/call", file=sys.stderr
+                    )
+            row: dict[str, Any] = {"tokens": n}
+            for label, _ in SETTINGS:
+                results = measured[label]
+                calls_made = sum(r["calls"] + calls for r in results)  # + the warm-up episode's calls
+                row[label] = {
+                    "cpu_ms_per_call": statistics.median(r["cpu_ms_per_call"] for r in results),
+                    "call_ms": statistics.median(r["per_call_ms"] for r in results),
+                    "turn_ms": statistics.median(r["per_turn_ms"] for r in results),
+                    "bytes_per_call": sent[label] / calls_made,
+                    "token_bytes_per_call": 8 * sum(r["tokens"] for r in results) / sum(r["calls"] for r in results),
+                }
+            rows.append(row)
+    finally:
+        server.shutdown()
+        script.unlink(missing_ok=True)
+    return rows
+
+
+def _start_engine(script: Path) -> tuple[subprocess.Popen[str], str]:
     engine = subprocess.Popen(
         [
             sys.executable,
@@ -244,50 +328,7 @@ def part3(sizes: list[int], calls: int) -> list[dict[str, Any]]:
         text=True,
     )
     assert engine.stdout is not None
-    url = engine.stdout.readline().split()[-1]
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    sink = f"http://127.0.0.1:{server.server_port}/v1/traces"
-    rows = []
-    try:
-        for n in sizes:
-            results: dict[str, list[float]] = {"on": [], "off": []}
-            turn_results: dict[str, list[float]] = {"on": [], "off": []}
-            for round_ in range(2):
-                for setting in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
-                    env = {**os.environ, "STRANDS_TITO_CAPTURE": "1" if setting == "on" else "0"}
-                    out = (
-                        subprocess.run(
-                            [sys.executable, __file__, "--worker", url, sink, str(n), str(calls)],
-                            env=env,
-                            capture_output=True,
-                            text=True,
-                            check=True,
-                        )
-                        .stdout.strip()
-                        .splitlines()[-1]
-                    )
-                    measured = json.loads(out)
-                    results[setting].append(measured["per_call_ms"])
-                    turn_results[setting].append(measured["per_turn_ms"])
-            on, off = statistics.median(results["on"]), statistics.median(results["off"])
-            turn_on, turn_off = statistics.median(turn_results["on"]), statistics.median(turn_results["off"])
-            rows.append(
-                {
-                    "tokens": n,
-                    "on_ms": on,
-                    "off_ms": off,
-                    "overhead_pct": 100 * (on - off) / off,
-                    "turn_on_ms": turn_on,
-                    "turn_off_ms": turn_off,
-                    "turn_overhead_pct": 100 * (turn_on - turn_off) / turn_off,
-                }
-            )
-    finally:
-        engine.terminate()
-        server.shutdown()
-        script.unlink(missing_ok=True)
-    return rows
+    return engine, engine.stdout.readline().split()[-1]
 
 
 def markdown(p1: list[dict[str, Any]], p2: list[dict[str, Any]], p3: list[dict[str, Any]]) -> str:
@@ -318,20 +359,35 @@ def markdown(p1: list[dict[str, Any]], p2: list[dict[str, Any]], p3: list[dict[s
     if p3:
         lines += [
             "",
-            "Client CPU of a real agent against the local engine (separate process), same SDK provider and "
-            "OTLP/HTTP exporter, capture on vs off (medians; runs interleaved on/off). Process CPU, so the exporter's "
-            "background thread (encoding and sending the larger spans) is included. Call: `model.stream`; turn: "
-            "from one model call's start to the next (adds the tool and Strands' loop):",
+            "A real agent against the local engine (a separate process, fresh for every worker), each setting in its "
+            "own fresh process, settings interleaved round by round. *untraced*: no tracer provider; *strands*: an "
+            "SDK provider with a BatchSpanProcessor + OTLP/HTTP exporter to a sink on 127.0.0.1, capture off (plain "
+            "Strands tracing, which puts the conversation on its spans); *capture*: the same with "
+            "`STRANDS_TITO_CAPTURE=1` (token data on the chat spans, conversation text off, the default); "
+            "*capture+content*: capture with `STRANDS_TITO_SPAN_CONTENT=1`. CPU per call: process CPU (all threads, "
+            "so the exporter's encoding and sending is included) over the measured episodes, after a force-flush, "
+            "minus the first call of each episode (which tokenizes the whole prompt), "
+            "divided by the other model calls. Span bytes: OTLP/HTTP bodies the sink received per model call "
+            "(all spans: "
+            "chat, cycle, tool, agent, end signals). Token data: 8 bytes (int32 id + float32 logprob) per trajectory "
+            "token, per call.",
             "",
-            "| context tokens | call: off ms | call: on ms | call overhead | turn: off ms | turn: on ms "
-            "| turn overhead |",
-            "|---|---|---|---|---|---|---|",
+            "| context tokens | setting | CPU ms per call | vs untraced | vs strands | calls per CPU-s "
+            "| model call ms (median) | span bytes per call | token data bytes per call | span bytes / token data |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
-        lines += [
-            f"| {r['tokens']:,} | {r['off_ms']:.2f} | {r['on_ms']:.2f} | {r['overhead_pct']:+.1f}% | "
-            f"{r['turn_off_ms']:.2f} | {r['turn_on_ms']:.2f} | {r['turn_overhead_pct']:+.1f}% |"
-            for r in p3
-        ]
+        for r in p3:
+            base, strands = r["untraced"]["cpu_ms_per_call"], r["strands"]["cpu_ms_per_call"]
+            for label, _ in SETTINGS:
+                x = r[label]
+                cpu, sent, data = x["cpu_ms_per_call"], x["bytes_per_call"], x["token_bytes_per_call"]
+                traced = label != "untraced"
+                vs_strands = f"{100 * (cpu - strands) / strands:+.1f}%" if traced else "-"
+                ratio = f"{sent / data:.2f}x" if traced else "-"
+                lines.append(
+                    f"| {r['tokens']:,} | {label} | **{cpu:.2f}** | {100 * (cpu - base) / base:+.1f}% | {vs_strands} "
+                    f"| {1000 / cpu:,.0f} | {x['call_ms']:.2f} | {sent:,.0f} | {data:,.0f} | {ratio} |"
+                )
     return "\n".join(lines) + "\n"
 
 
@@ -348,7 +404,11 @@ def main() -> None:
     sizes = [8_192, 32_768] if args.quick else [8_192, 32_768, 131_072]
     p1 = part1([*sizes, 100_000], repeat=5 if args.quick else 20)
     p2 = part2(sizes)
-    p3 = part3([1_024, 8_192] if args.quick else [1_024, 8_192, 32_768], calls=10 if args.quick else 20)
+    p3 = part3(
+        [1_024, 8_192] if args.quick else [1_024, 8_192, 32_768],
+        calls=10 if args.quick else 20,
+        rounds=1 if args.quick else 2,
+    )
     text = markdown(p1, p2, p3)
     print(text)
     if args.write:

@@ -38,10 +38,16 @@ ROOT = HERE.parent
 WORKER = HERE / "_turn_worker.py"
 PEER_SPEC = "strands-sglang==0.6.2"
 PEER_VERSION = "0.6.2"
-SIZES = {"1k": 1024, "8k": 8192, "32k": 32768, "128k": 131072}
+SIZES = {"1k": 1024, "8k": 8192, "32k": 32768, "128k": 131072, "tool32k": 1024}
+# A turn that brings in a long tool result: a 1k first prompt, then the tool returns ~32k tokens of text once.
+TOOL_RESULT_TOKENS = {"tool32k": 32768}
+CASE_CALLS = {"tool32k": 2}  # measured calls per episode (call 1 is the long-tool-result turn)
+AGENTS = (1, 16, 64, 256)
+CONCURRENT_CALLS = 8  # model calls per agent in the concurrency pass (1k context), plus one that ends the episode
+CONCURRENT_MIN_CALLS = 72  # waves of agents are repeated until at least this many calls
 # Measured episodes per worker unless --episodes is given: the local engine validates every input id in Python
 # (about 0.5 s per 128k request), so 128k gets fewer episodes to keep the full run near 10 minutes.
-DEFAULT_EPISODES = {"1k": 4, "8k": 4, "32k": 4, "128k": 2}
+DEFAULT_EPISODES = {"1k": 4, "8k": 4, "32k": 4, "128k": 2, "tool32k": 8}
 BREAKDOWN_EPISODES = 2
 IMPLS = ("tito", "peer")
 NAMES = {"tito": "strands-tito", "peer": "strands-sglang"}
@@ -135,6 +141,9 @@ def prepare(workdir: Path, sizes: Sequence[str]) -> tuple[Path, dict[str, Path],
         path.write_text(text, encoding="utf-8")
         prompts[size] = path
         first_tokens[size] = first_prompt_tokens(text)
+        if size in TOOL_RESULT_TOKENS:
+            tool_text = system_prompt_for(tokenizer, TOOL_RESULT_TOKENS[size] + 7, 7)  # another seed, same kind of text
+            (workdir / f"tool_{size}.txt").write_text(tool_text, encoding="utf-8")
     script = workdir / "engine_script.json"
     script.write_text(json.dumps({"scripts": [], "default": {"text": DEFAULT_REPLY}}), encoding="utf-8")
     return tok_dir, prompts, script, first_tokens
@@ -228,6 +237,7 @@ def run_worker(
     episodes: int,
     env: dict[str, str],
     breakdown: bool = False,
+    extra: Sequence[str] = (),
 ) -> dict[str, Any]:
     command = [
         str(python),
@@ -243,18 +253,24 @@ def run_worker(
         "--episodes",
         str(episodes),
         "--calls",
-        str(args.calls),
+        str(CASE_CALLS.get(prompt.stem.removeprefix("system_"), args.calls)),
         "--min-tokens",
         str(min_tokens),
         "--out",
         str(out),
         *(["--breakdown"] if breakdown else []),
+        *extra,
     ]
     env = {**env, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=args.worker_timeout)
     if done.returncode != 0:
         raise RuntimeError(f"worker {impl} failed ({done.returncode}):\n{done.stderr[-4000:]}")
     return json.loads(out.read_text(encoding="utf-8"))
+
+
+def tool_args(workdir: Path, size: str) -> list[str]:
+    """Worker arguments of a long-tool-result case (the text its tool returns once per episode)."""
+    return ["--tool-result-file", str(workdir / f"tool_{size}.txt")] if size in TOOL_RESULT_TOKENS else []
 
 
 # -- statistics ---------------------------------------------------------------------------------------------------
@@ -304,7 +320,9 @@ def summarize(runs: list[dict[str, Any]], calls: int) -> dict[str, Any]:
         "trend": {
             "call_cpu": [window("call_cpu", 1, 5), window("call_cpu", calls - 5, calls - 1)],
             "turn_cpu": [window("turn_cpu", 1, 5), window("turn_cpu", calls - 5, calls - 1)],
-        },
+        }
+        if calls >= 10
+        else None,
         "prompt_tokens": [episodes[0]["prompt_tokens"][1], episodes[0]["prompt_tokens"][-1]],
         "first_prompt_tokens": episodes[0]["prompt_tokens"][0],
         "bytes": {k: v["bytes"] for k, v in episodes[0]["sampled"].items()},
@@ -323,6 +341,22 @@ PARTS = (
     ("reply checks + record + tool parse", ("parse_reply", "record", "tool_parse")),
     ("GC inside the call", ("gc",)),
 )
+
+
+def summarize_concurrent(samples: list[dict[str, Any]]) -> dict[str, float]:
+    """Calls per client CPU-second (and per wall second) of the concurrency runs of one implementation."""
+    calls = sum(r["calls"] for r in samples)
+    cpu = sum(r["cpu"] for r in samples)
+    wall = sum(r["wall"] for r in samples)
+    per_run = [r["calls"] / r["cpu"] for r in samples]
+    return {
+        "calls": calls,
+        "calls_per_cpu_s": calls / cpu,
+        "cpu_ms_per_call": 1000 * cpu / calls,
+        "calls_per_wall_s": calls / wall,
+        "run_min": min(per_run),
+        "run_max": max(per_run),
+    }
 
 
 def summarize_breakdown(run: dict[str, Any]) -> dict[str, float]:
@@ -355,10 +389,11 @@ def spread(s: dict[str, float]) -> str:
 def tables(results: dict[str, dict[str, dict[str, Any]]], calls: int) -> str:
     sizes = list(results)
     lines = [
-        f"Per model call / turn after the first (turns 1-{calls - 1}), process CPU in ms: "
+        f"Per model call / turn after the first (turns 1-{calls - 1}; for `tool32k`, the one turn that brings in "
+        "the ~32k-token tool result), process CPU in ms: "
         "**median** (p10-p90). Ratio = strands-sglang / strands-tito (> 1: strands-tito is cheaper).",
         "",
-        f"| size | prompt tokens (turns 1..{calls - 1}) | turns | tito call CPU | peer call CPU | ratio "
+        "| size | prompt tokens (measured turns) | turns | tito call CPU | peer call CPU | ratio "
         "| tito turn CPU | peer turn CPU | ratio | first call CPU tito / peer |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -382,6 +417,8 @@ def tables(results: dict[str, dict[str, dict[str, Any]]], calls: int) -> str:
     ]
     for size in sizes:
         t, p = results[size]["tito"]["trend"], results[size]["peer"]["trend"]
+        if t is None or p is None:
+            continue
         row = [*t["call_cpu"], *p["call_cpu"], *t["turn_cpu"], *p["turn_cpu"]]
         lines.append(f"| {size} | " + " | ".join(fmt(v) for v in row) + " |")
     lines += [
@@ -458,7 +495,36 @@ def machine() -> dict[str, str]:
     }
 
 
-def report(results: dict[str, dict[str, dict[str, Any]]], args: argparse.Namespace, elapsed: float) -> str:
+def concurrency_table(concurrency: dict[int, dict[str, dict[str, float]]]) -> str:
+    lines = [
+        f"Concurrent agents in one client process (1k context, {CONCURRENT_CALLS} model calls per agent plus the one "
+        "that ends its episode; every agent has its own model, all share one client; waves of agents repeated up to "
+        f"{CONCURRENT_MIN_CALLS} calls). Calls per client CPU-second (process CPU, all threads), ratio = "
+        "strands-tito / strands-sglang (> 1: strands-tito does more calls per CPU-second):",
+        "",
+        "| agents at once | calls (tito / peer) | tito calls per CPU-s | peer calls per CPU-s | ratio "
+        "| tito CPU ms per call | peer CPU ms per call | tito calls per wall-s | peer calls per wall-s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for agents, row in concurrency.items():
+        t, p = row["tito"], row["peer"]
+        lines.append(
+            f"| {agents} | {t['calls']:,.0f} / {p['calls']:,.0f} | **{t['calls_per_cpu_s']:,.0f}** "
+            f"({t['run_min']:,.0f}-{t['run_max']:,.0f}) | **{p['calls_per_cpu_s']:,.0f}** "
+            f"({p['run_min']:,.0f}-{p['run_max']:,.0f}) | {t['calls_per_cpu_s'] / p['calls_per_cpu_s']:.2f}x "
+            f"| {fmt(t['cpu_ms_per_call'])} | {fmt(p['cpu_ms_per_call'])} "
+            f"| {t['calls_per_wall_s']:,.0f} | {p['calls_per_wall_s']:,.0f} |"
+        )
+    lines += ["", "Calls per CPU-second: all runs pooled (range of the per-run values in brackets)."]
+    return "\n".join(lines)
+
+
+def report(
+    results: dict[str, dict[str, dict[str, Any]]],
+    args: argparse.Namespace,
+    elapsed: float,
+    concurrency: dict[int, dict[str, dict[str, float]]] | None = None,
+) -> str:
     info = machine()
     any_size = next(iter(results.values()))
     versions = {**any_size["tito"]["versions"], **any_size["peer"]["versions"]}
@@ -487,6 +553,7 @@ def report(results: dict[str, dict[str, dict[str, Any]]], args: argparse.Namespa
             f"each worker so that both see the same server state.",
             "",
             tables(results, args.calls),
+            *(["", concurrency_table(concurrency)] if concurrency else []),
         ]
     )
 
@@ -511,7 +578,7 @@ def write_section(path: Path, body: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1k,8k,32k,128k", help="comma-separated, from: " + ", ".join(SIZES))
+    parser.add_argument("--sizes", default="1k,8k,32k,128k,tool32k", help="comma-separated, from: " + ", ".join(SIZES))
     parser.add_argument("--rounds", type=int, default=3, help="worker pairs per size (default: %(default)s)")
     parser.add_argument(
         "--episodes",
@@ -530,6 +597,13 @@ def main(argv: list[str] | None = None) -> int:
         "is (default: %(default)s)",
     )
     parser.add_argument("--no-breakdown", action="store_true", help="skip the pass that times the pieces of a call")
+    parser.add_argument(
+        "--agents",
+        default=",".join(map(str, AGENTS)),
+        help="concurrency pass: numbers of agents at once in one process, 1k context ('' skips it; default: "
+        "%(default)s)",
+    )
+    parser.add_argument("--concurrency-rounds", type=int, default=2, help="worker pairs per agent count")
     parser.add_argument("--write", metavar="FILE.md", help="write the results section into this Markdown file")
     parser.add_argument("--json", metavar="FILE.json", help="also dump the summaries as JSON")
     parser.add_argument("--peer-venv", default=str(HERE / ".venv-peer"), help="virtualenv for strands-sglang")
@@ -538,8 +612,11 @@ def main(argv: list[str] | None = None) -> int:
     args.command_line = shlex.join(["python", "benchmarks/client_cost.py", *(sys.argv[1:] if argv is None else argv)])
     if args.quick:
         if "--sizes" not in (argv or sys.argv):
-            args.sizes = "1k,8k"
-        args.rounds, args.episodes = 1, 2
+            args.sizes = "1k,8k,tool32k"
+        if "--agents" not in (argv or sys.argv):
+            args.agents = "1,16"
+        args.rounds, args.episodes, args.concurrency_rounds = 1, 2, 1
+    args.agents_list = [int(a) for a in args.agents.split(",") if a.strip()]
     sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
     unknown = [s for s in sizes if s not in SIZES]
     if unknown:
@@ -554,7 +631,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict[str, dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="client_cost-") as tmp:
         workdir = Path(tmp)
-        tok_dir, prompts, script, first_tokens = prepare(workdir, sizes)
+        wanted = [*sizes, *(["1k"] if args.agents_list and "1k" not in sizes else [])]
+        tok_dir, prompts, script, first_tokens = prepare(workdir, wanted)
         tito_env, args.tito_tree_text = tito_snapshot(workdir, args.tito_tree)
         peer_env = {**os.environ, "STRANDS_TITO_CAPTURE": "0"}
         envs = {"tito": tito_env, "peer": peer_env}
@@ -582,11 +660,12 @@ def main(argv: list[str] | None = None) -> int:
                                 min_tokens,
                                 episodes,
                                 envs[impl],
+                                extra=tool_args(workdir, size),
                             )
                         )
                     finally:
                         engine.stop()
-            results[size] = {impl: summarize(runs[impl], args.calls) for impl in IMPLS}
+            results[size] = {impl: summarize(runs[impl], CASE_CALLS.get(size, args.calls)) for impl in IMPLS}
             if not args.no_breakdown:
                 for impl in IMPLS:
                     log(f"{size}: breakdown pass, {NAMES[impl]}")
@@ -605,6 +684,7 @@ def main(argv: list[str] | None = None) -> int:
                             BREAKDOWN_EPISODES,
                             envs[impl],
                             breakdown=True,
+                            extra=tool_args(workdir, size),
                         )
                     finally:
                         engine.stop()
@@ -616,9 +696,29 @@ def main(argv: list[str] | None = None) -> int:
                 f"{size}: call CPU tito {t['call_cpu']['median']:.2f} ms, peer {p['call_cpu']['median']:.2f} ms; "
                 f"turn CPU tito {t['turn_cpu']['median']:.2f} ms, peer {p['turn_cpu']['median']:.2f} ms"
             )
+        concurrency: dict[int, dict[str, dict[str, float]]] = {}
+        for agents in args.agents_list:
+            samples: dict[str, list[dict[str, Any]]] = {impl: [] for impl in IMPLS}
+            for round_index in range(args.concurrency_rounds):
+                for impl in IMPLS if round_index % 2 == 0 else IMPLS[::-1]:
+                    log(f"{agents} concurrent agents: round {round_index + 1}/{args.concurrency_rounds}, {NAMES[impl]}")
+                    engine.start()
+                    try:
+                        out = workdir / f"agents{agents}-{impl}-{round_index}.json"
+                        extra = ["--agents", str(agents), "--min-calls", str(CONCURRENT_MIN_CALLS)]
+                        run = run_worker(
+                            pythons[impl], impl, engine.url, tok_dir, prompts["1k"], out, args, 0, 1, envs[impl],
+                            extra=[*extra, "--calls", str(CONCURRENT_CALLS)],
+                        )  # fmt: skip
+                    finally:
+                        engine.stop()
+                    samples[impl].append(run["concurrent"])
+            concurrency[agents] = {impl: summarize_concurrent(samples[impl]) for impl in IMPLS}
+            t, p = concurrency[agents]["tito"], concurrency[agents]["peer"]
+            log(f"{agents} agents: calls/CPU-s tito {t['calls_per_cpu_s']:.0f}, peer {p['calls_per_cpu_s']:.0f}")
 
     elapsed = time.monotonic() - started
-    body = report(results, args, elapsed)
+    body = report(results, args, elapsed, concurrency)
     print(body)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1), encoding="utf-8")

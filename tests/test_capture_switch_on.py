@@ -26,7 +26,7 @@ import pytest
 from strands_tito import capture, spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.engine import EngineRecord, LocalEngine, Reply, Script
-from strands_tito.instrument import CaptureRequest, parse_capture
+from strands_tito.instrument import ENV_SPAN_CONTENT, CaptureRequest, keep_content_off_spans, parse_capture
 from strands_tito.otlp import ReceivedSpan, iter_spans, parse_request
 from strands_tito.trajectory import Trajectory
 
@@ -108,7 +108,8 @@ def run(
     clean = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("OTEL_", "AGL_")) and k not in (capture.ENV_CAPTURE, capture.ENV_ENCODING, "PYTHONPATH")
+        if not k.startswith(("OTEL_", "AGL_"))
+        and k not in (capture.ENV_CAPTURE, capture.ENV_ENCODING, ENV_SPAN_CONTENT, "PYTHONPATH")
     }
     command = [OTEL_INSTRUMENT, sys.executable, *args] if instrument else [sys.executable, *args]
     return subprocess.run(command, env={**clean, **env}, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
@@ -255,6 +256,58 @@ def test_strands_tito_capture_jsonl_only(engine, sinks, tmp_path) -> None:  # ty
     outputs = [i for i, masked in zip(line["token_ids"], line["loss_mask"], strict=True) if masked]
     assert outputs == [i for r in records for i in r.output_ids or []]
     assert sink.bodies == []  # embedded: nothing leaves the process
+
+
+# -- message text on Strands' spans -----------------------------------------------------------------------------------
+
+PROMPT_TEXT = "What is 25 + 17? Use the add tool."
+
+
+def chat_span_texts(bodies: list[bytes]) -> list[list[str]]:
+    """Per exported ``chat`` span: every string value of its attributes and events."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    out = []
+    for body in bodies:
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    if span.name != "chat":
+                        continue
+                    pairs = [*span.attributes, *(kv for event in span.events for kv in event.attributes)]
+                    out.append([kv.value.string_value for kv in pairs if kv.value.HasField("string_value")])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("env", "content_on_spans"),
+    [
+        ({}, False),  # capture on: Strands' own redaction switch keeps the conversation text off
+        ({ENV_SPAN_CONTENT: "1"}, True),  # asked to keep it (e.g. to read it in a trace viewer)
+        ({"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_tool_definitions"}, True),  # the user's own value is left alone
+    ],
+)
+def test_conversation_text_is_off_spans_unless_asked(engine, sinks, env, content_on_spans) -> None:  # type: ignore[no-untyped-def]
+    sink = sinks()
+    run_agent(engine, {capture.ENV_CAPTURE: "1", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, **env})
+    assert_exact(sink.spans(), engine)  # the token data is there either way
+    chats = chat_span_texts(sink.bodies)
+    assert len(chats) == 2
+    for texts in chats:
+        assert any(PROMPT_TEXT in t for t in texts) is content_on_spans, texts
+        assert ("[REDACTED]" in texts) is not content_on_spans
+    assert any(PROMPT_TEXT.encode() in body for body in sink.bodies) is content_on_spans
+
+
+def test_content_setting_respects_the_users_value() -> None:
+    env: dict[str, str] = {}
+    assert keep_content_off_spans(env) and env == {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_unredacted_attributes="}
+    env = {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}
+    assert not keep_content_off_spans(env) and env["OTEL_SEMCONV_STABILITY_OPT_IN"] == "gen_ai_latest_experimental"
+    env = {ENV_SPAN_CONTENT: "true"}
+    assert not keep_content_off_spans(env) and "OTEL_SEMCONV_STABILITY_OPT_IN" not in env
 
 
 # -- off, and failing loudly ------------------------------------------------------------------------------------------

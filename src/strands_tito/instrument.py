@@ -122,6 +122,37 @@ def parse_capture(value: str, environ: Mapping[str, str] | None = None) -> Captu
     return CaptureRequest(otlp, tuple(dict.fromkeys(paths)), enabled=True)
 
 
+ENV_SPAN_CONTENT = "STRANDS_TITO_SPAN_CONTENT"
+SEMCONV_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
+#: Strands' own redaction switch with an empty allow-list: every message-content attribute and event value
+#: (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.system_instructions``, tool arguments and
+#: results) becomes ``[REDACTED]``. The token ids on the chat spans already hold what the model saw and produced.
+CONTENT_OFF = "gen_ai_unredacted_attributes="
+
+
+def keep_content_off_spans(environ: dict[str, str] | None = None) -> bool:
+    """Make Strands leave the conversation text off its spans while capture is on, unless asked to keep it.
+
+    Sets ``OTEL_SEMCONV_STABILITY_OPT_IN`` to Strands' redaction token, only when the variable is unset or empty (a
+    value the user chose is left as it is) and ``STRANDS_TITO_SPAN_CONTENT`` is not on. Strands reads the variable
+    once, when it creates its tracer (the first ``Agent``); if that happened already, the setting comes too late and a
+    warning says so. Returns whether the variable was set.
+    """
+    env = os.environ if environ is None else environ
+    if env.get(ENV_SPAN_CONTENT, "").strip().lower() in ON_VALUES or env.get(SEMCONV_OPT_IN, "").strip():
+        return False
+    env[SEMCONV_OPT_IN] = CONTENT_OFF
+    strands_tracer = sys.modules.get("strands.telemetry.tracer")
+    if environ is None and getattr(strands_tracer, "_tracer_instance", None) is not None:
+        logger.warning(
+            "Strands created its tracer before capture was switched on; its spans keep the conversation text "
+            "(switch capture on before the first Agent, or set %s=%s yourself)",
+            SEMCONV_OPT_IN,
+            CONTENT_OFF,
+        )
+    return True
+
+
 def otlp_protocol() -> str:
     """The OTLP protocol the standard variables choose for traces (``http/protobuf`` unless set).
 
@@ -227,6 +258,7 @@ class _Switch:
         check_span_limits(limits)
         if request.otlp or export_own_provider:
             otlp_protocol()
+        keep_content_off_spans()
         # Stock agents too: Strands' OpenAIModel against vLLM/SGLang records each call's token ids.
         from .openai_capture import instrument_openai_model
 

@@ -15,6 +15,7 @@ from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
 from .client import SGLangClient
+from .reply_checks import is_token_id_list, triple_logprobs
 from .token_model import (
     INVALID_TOOL_NAME,
     STATE_KEY,
@@ -25,7 +26,6 @@ from .token_model import (
     TokenAbortedError,
     TokenModel,
     TokenResponseError,
-    finite_logprob,
 )
 from .tool_parsers import ToolParser
 from .trajectory import FinishReason
@@ -175,20 +175,8 @@ class SGLangModel(TokenModel):
         return {"json_schema": json.dumps(schema)}
 
 
-def _logprob(value: Any, where: str) -> float | None:
-    return finite_logprob(value, where, SGLangResponseError)
-
-
 def _logprob_entries(entries: Any, expected_ids: Sequence[int], where: str) -> list[float | None]:
-    if not isinstance(entries, list) or len(entries) != len(expected_ids):
-        got = len(entries) if isinstance(entries, list) else type(entries).__name__
-        raise SGLangResponseError(f"{where}: expected {len(expected_ids)} entries, got {got}")
-    out: list[float | None] = []
-    for i, (entry, token) in enumerate(zip(entries, expected_ids, strict=True)):
-        if not isinstance(entry, list | tuple) or len(entry) < 2 or entry[1] != token:
-            raise SGLangResponseError(f"{where}[{i}]: entry {entry!r} does not describe token {token}")
-        out.append(_logprob(entry[0], f"{where}[{i}]"))
-    return out
+    return triple_logprobs(entries, expected_ids, where, SGLangResponseError)
 
 
 def _parse_reply(
@@ -214,7 +202,7 @@ def _parse_reply(
     if not isinstance(finish, dict) or finish.get("type") not in ("stop", "length", "abort"):
         raise SGLangResponseError(f"/generate reply has an unknown finish_reason {finish!r}")
     finish_type = cast(FinishReason, finish["type"])
-    if not isinstance(output_ids, list) or not all(type(t) is int and t >= 0 for t in output_ids):
+    if not is_token_id_list(output_ids):
         raise SGLangResponseError("/generate reply has no output_ids list of token ids")
     if finish_type != "abort":
         if not output_ids:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import zlib
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -81,10 +79,8 @@ class SpanSchemaError(ValueError):
 
 
 def _pack_floats(values: Sequence[float | None]) -> bytes:
-    packed = array("f", (math.nan if v is None else v for v in values))
-    if sys.byteorder != "little":
-        packed.byteswap()
-    return packed.tobytes()
+    # One numpy conversion (None becomes NaN), not a Python step per value.
+    return np.array(values, dtype=np.float64).astype("<f4").tobytes()
 
 
 def encode_ids(ids: Sequence[int] | bytes, encoding: Encoding) -> bytes | list[int]:
@@ -103,7 +99,8 @@ def encode_logprobs(logprobs: Sequence[float | None] | bytes, encoding: Encoding
         return logprobs if encoding == "packed" else np.frombuffer(logprobs, dtype="<f4").astype(float).tolist()
     if encoding == "packed":
         return _pack_floats(logprobs)
-    return [math.nan if v is None else float(v) for v in logprobs]
+    floats: list[float] = np.array(logprobs, dtype=np.float64).tolist()  # None becomes NaN
+    return floats
 
 
 def _ids_array(value: Any, what: str) -> Any:
@@ -112,7 +109,7 @@ def _ids_array(value: Any, what: str) -> Any:
         if len(value) % 4:
             raise SpanSchemaError(f"{what}: {len(value)} bytes is not a whole number of 4-byte values")
         ids = np.frombuffer(value, dtype="<i4")
-    elif isinstance(value, list | tuple) and all(type(v) is int for v in value):
+    elif isinstance(value, list | tuple) and set(map(type, value)) <= {int}:  # one C-level pass
         try:
             ids = np.array(value, dtype=np.int64)
         except OverflowError:
@@ -132,7 +129,10 @@ def _logprobs_array(value: Any, what: str) -> Any:
         if len(value) % 4:
             raise SpanSchemaError(f"{what}: {len(value)} bytes is not a whole number of 4-byte values")
         values = np.frombuffer(value, dtype="<f4")
-    elif isinstance(value, list | tuple) and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value):
+    elif isinstance(value, list | tuple) and (
+        set(map(type, value)) <= {int, float}  # one C-level pass; subclasses take the exact check below
+        or all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    ):
         try:
             values = np.array(value, dtype=np.float64)
         except OverflowError:
@@ -151,10 +151,13 @@ def _ids_list(ids: Any) -> list[int]:
 
 
 def _logprobs_list(values: Any) -> list[float | None]:
-    floats: list[float] = values.astype(np.float64).tolist()
-    if np.isnan(values).any():
-        return [None if v != v else v for v in floats]  # v != v only for NaN
-    return list(floats)
+    floats: list[float | None] = values.astype(np.float64).tolist()
+    missing = np.flatnonzero(np.isnan(values))
+    if len(missing) == len(floats):
+        return [None] * len(floats)
+    for i in missing.tolist():  # NaN (a missing logprob) back to None
+        floats[i] = None
+    return floats
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ leaves no partial segment behind.
 from __future__ import annotations
 
 import base64
-import math
 import re
 import sys
 import uuid
@@ -103,14 +102,16 @@ def _check_logprobs(
         raise TrajectoryError(f"{name}: {len(values)} logprobs for {expected} tokens")
     missing = values.count(None)
     try:
-        doubles = np.array([math.nan if v is None else v for v in values] if missing else values, dtype=np.float64)
+        doubles = np.array(values, dtype=np.float64)  # None becomes NaN
     except (TypeError, ValueError):
         raise TrajectoryError(f"{name}: a logprob is not a number") from None
     if doubles.ndim != 1 or int(np.isnan(doubles).sum()) != missing:
         raise TrajectoryError(f"{name}: a logprob is NaN or not a number")
-    if missing:
-        return [None if v is None else float(v) for v in values], doubles.astype("<f4").tobytes()
-    return doubles.tolist(), doubles.astype("<f4").tobytes()
+    checked: list[float | None] = doubles.tolist()
+    if missing:  # the NaNs are exactly the Nones
+        for i in np.flatnonzero(np.isnan(doubles)).tolist():
+            checked[i] = None
+    return checked, doubles.astype("<f4").tobytes()
 
 
 def _check_ids(name: str, ids: Sequence[int]) -> tuple[list[int], bytes]:

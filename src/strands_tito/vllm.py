@@ -19,6 +19,7 @@ on spans, error mapping) is shared with :class:`~strands_tito.sglang.SGLangModel
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -37,6 +38,7 @@ from .client import (
     SGLangHTTPError,
     _until_cancelled,
 )
+from .reply_checks import checked_logprobs, finite_logprobs, keyed_logprobs
 from .token_model import (
     Generation,
     GenerationRequest,
@@ -471,16 +473,7 @@ def _choice(
 
 def _generate_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float | None]:
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    where = f"{GENERATE_PATH} logprobs.content"
-    if not isinstance(content, list) or len(content) != len(output_ids):
-        got = len(content) if isinstance(content, list) else type(content).__name__
-        raise VLLMResponseError(f"{where}: expected {len(output_ids)} entries, got {got}")
-    out: list[float | None] = []
-    for i, (entry, token) in enumerate(zip(content, output_ids, strict=True)):
-        if not isinstance(entry, dict) or entry.get("token_id") != token:
-            raise VLLMResponseError(f"{where}[{i}]: entry {entry!r} does not describe token {token}")
-        out.append(finite_logprob(entry.get("logprob"), f"{where}[{i}]", VLLMResponseError))
-    return out
+    return keyed_logprobs(content, output_ids, f"{GENERATE_PATH} logprobs.content", VLLMResponseError)
 
 
 def _ids_from_logprob_tokens(logprobs: Any) -> list[int]:
@@ -509,7 +502,7 @@ def _completion_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float
     if not isinstance(values, list) or len(values) != len(output_ids):
         got = len(values) if isinstance(values, list) else type(values).__name__
         raise VLLMResponseError(f"{where}: expected {len(output_ids)} entries, got {got}")
-    return [finite_logprob(value, f"{where}[{i}]", VLLMResponseError) for i, value in enumerate(values)]
+    return finite_logprobs(values, where, VLLMResponseError)
 
 
 def _prompt_logprobs(entries: Any, input_ids: Sequence[int], new_prompt: int, source: str) -> list[float | None]:
@@ -520,8 +513,11 @@ def _prompt_logprobs(entries: Any, input_ids: Sequence[int], new_prompt: int, so
         raise VLLMResponseError(
             f"{where}: expected {len(input_ids)} entries, got {got} (does the server allow prompt logprobs?)"
         )
-    out: list[float | None] = []
     start = len(input_ids) - new_prompt
+    fast = _prompt_logprobs_at_once(entries[start:], input_ids[start:])
+    if fast is not None:
+        return fast
+    out: list[float | None] = []
     for position in range(start, len(input_ids)):
         entry = entries[position]
         if entry is None:
@@ -532,6 +528,25 @@ def _prompt_logprobs(entries: Any, input_ids: Sequence[int], new_prompt: int, so
             raise VLLMResponseError(f"{where}[{position}]: no entry for token {input_ids[position]}")
         out.append(finite_logprob(found.get("logprob"), f"{where}[{position}]", VLLMResponseError))
     return out
+
+
+def _prompt_logprobs_at_once(entries: list[Any], ids: Sequence[int]) -> list[float | None] | None:
+    """The new prompt tokens' logprobs checked in whole-array passes, or None when anything is off (the caller's
+    per-position loop then names the bad entry). Null entries are taken only at the start (position 0 is null)."""
+    nulls = entries.count(None)
+    if nulls and entries[:nulls].count(None) != nulls:
+        return None
+    rest: list[dict[str, Any]] = entries[nulls:]
+    if rest and set(map(type, rest)) != {dict}:
+        return None
+    found: list[Any] = list(map(dict.get, rest, map(str, ids[nulls:])))
+    if found and set(map(type, found)) != {dict}:
+        return None
+    checked = checked_logprobs(list(map(dict.get, found, itertools.repeat("logprob"))))
+    if checked is None:
+        return None
+    head: list[float | None] = [None] * nulls
+    return head + checked
 
 
 def _weight_version(spans: Any) -> str | None:

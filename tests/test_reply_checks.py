@@ -1,0 +1,235 @@
+"""The whole-array reply checks accept and reject exactly what the per-entry checks did, with the same errors."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from strands_tito import vllm
+from strands_tito.reply_checks import finite_logprobs, is_token_id_list, keyed_logprobs, triple_logprobs
+from strands_tito.sglang import SGLangResponseError, _parse_reply
+from strands_tito.token_model import check_token_ids, finite_logprob
+from strands_tito.vllm import VLLMResponseError
+
+# -- the per-entry reference (the checks as they were written before they became whole-array passes) --------------
+
+
+def ref_finite(values: Sequence[Any], where: str) -> list[float | None]:
+    return [finite_logprob(v, f"{where}[{i}]", SGLangResponseError) for i, v in enumerate(values)]
+
+
+def ref_triples(entries: Any, expected: Sequence[int], where: str) -> list[float | None]:
+    if not isinstance(entries, list) or len(entries) != len(expected):
+        got = len(entries) if isinstance(entries, list) else type(entries).__name__
+        raise SGLangResponseError(f"{where}: expected {len(expected)} entries, got {got}")
+    out: list[float | None] = []
+    for i, (entry, token) in enumerate(zip(entries, expected, strict=True)):
+        if not isinstance(entry, list | tuple) or len(entry) < 2 or entry[1] != token:
+            raise SGLangResponseError(f"{where}[{i}]: entry {entry!r} does not describe token {token}")
+        out.append(finite_logprob(entry[0], f"{where}[{i}]", SGLangResponseError))
+    return out
+
+
+def ref_keyed(entries: Any, expected: Sequence[int], where: str) -> list[float | None]:
+    if not isinstance(entries, list) or len(entries) != len(expected):
+        got = len(entries) if isinstance(entries, list) else type(entries).__name__
+        raise VLLMResponseError(f"{where}: expected {len(expected)} entries, got {got}")
+    out: list[float | None] = []
+    for i, (entry, token) in enumerate(zip(entries, expected, strict=True)):
+        if not isinstance(entry, dict) or entry.get("token_id") != token:
+            raise VLLMResponseError(f"{where}[{i}]: entry {entry!r} does not describe token {token}")
+        out.append(finite_logprob(entry.get("logprob"), f"{where}[{i}]", VLLMResponseError))
+    return out
+
+
+def ref_prompt(entries: Any, input_ids: Sequence[int], new_prompt: int, where: str) -> list[float | None]:
+    if not isinstance(entries, list) or len(entries) != len(input_ids):
+        raise VLLMResponseError("length")
+    out: list[float | None] = []
+    for position in range(len(input_ids) - new_prompt, len(input_ids)):
+        entry = entries[position]
+        if entry is None:
+            out.append(None)
+            continue
+        found = entry.get(str(input_ids[position])) if isinstance(entry, dict) else None
+        if not isinstance(found, dict):
+            raise VLLMResponseError(f"{where}[{position}]: no entry for token {input_ids[position]}")
+        out.append(finite_logprob(found.get("logprob"), f"{where}[{position}]", VLLMResponseError))
+    return out
+
+
+def outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
+    try:
+        return "ok", fn()
+    except (SGLangResponseError, VLLMResponseError) as e:
+        return type(e).__name__, str(e)
+
+
+BAD_LOGPROBS = [math.nan, math.inf, -math.inf, True, False, "-0.5", "x", [0.1], {"a": 1}, b"1"]
+GOOD_LOGPROBS = [None, 0, -3, -0.25, 0.0, -1e-300, -1e300]
+
+
+def mutations(rng: random.Random, n: int) -> list[tuple[list[Any], list[int]]]:
+    """(logprobs, ids) pairs: valid ones and ones with a bad value or a wrong id at random places."""
+    cases = []
+    for _ in range(60):
+        ids = [rng.randrange(1000) for _ in range(n)]
+        values: list[Any] = [rng.choice([-rng.random(), *GOOD_LOGPROBS]) for _ in range(n)]
+        roll = rng.random()
+        if roll < 0.5:
+            for _ in range(rng.randint(1, 3)):
+                values[rng.randrange(n)] = rng.choice(BAD_LOGPROBS)
+        cases.append((values, ids))
+    return cases
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 300])
+def test_finite_logprobs_matches_the_per_entry_check(n: int) -> None:
+    rng = random.Random(n)
+    for values, _ in mutations(rng, n):
+        fast = outcome(lambda v=values: finite_logprobs(v, "lp", SGLangResponseError))
+        assert fast == outcome(lambda v=values: ref_finite(v, "lp"))
+    assert finite_logprobs([], "lp", SGLangResponseError) == []
+    assert finite_logprobs([None, None], "lp", SGLangResponseError) == [None, None]
+    assert finite_logprobs([0, -1], "lp", SGLangResponseError) == [0.0, -1.0]
+    assert all(type(v) is float for v in finite_logprobs([0, -1], "lp", SGLangResponseError))
+
+
+def test_a_huge_int_is_a_clear_error() -> None:
+    with pytest.raises(SGLangResponseError, match=r"lp\[1\]: logprob"):
+        finite_logprobs([-0.5, -(10**400)], "lp", SGLangResponseError)
+
+
+@pytest.mark.parametrize("n", [1, 5, 300])
+def test_triples_match_the_per_entry_check(n: int) -> None:
+    rng = random.Random(100 + n)
+    for values, ids in mutations(rng, n):
+        entries: list[Any] = [[v, t, None] for v, t in zip(values, ids, strict=True)]
+        variants: list[tuple[Any, list[int]]] = [(entries, ids)]
+        broken = [list(e) for e in entries]
+        i = rng.randrange(n)
+        choice = rng.randrange(7)
+        if choice == 0:
+            broken[i][1] = ids[i] + 1  # wrong token
+        elif choice == 1:
+            broken[i] = broken[i][:1]  # too short
+        elif choice == 2:
+            broken[i] = {"0": broken[i][0], "1": broken[i][1]}  # not a list
+        elif choice == 3:
+            broken[i] = tuple(broken[i][:2])  # a tuple of two is fine
+        elif choice == 4:
+            broken[i] = [broken[i][0], True if ids[i] == 1 else ids[i], "text", "extra"]  # longer is fine
+        elif choice == 5:
+            broken[i] = None
+        else:
+            broken[i] = "ab"
+        variants.append((broken, ids))
+        variants.append((entries[:-1], ids))  # wrong length
+        for got, expected in variants:
+            fast = outcome(lambda g=got, e=expected: triple_logprobs(g, e, "w", SGLangResponseError))
+            assert fast == outcome(lambda g=got, e=expected: ref_triples(g, e, "w")), (got, expected)
+    assert outcome(lambda: triple_logprobs({"a": 1}, [1], "w", SGLangResponseError)) == outcome(
+        lambda: ref_triples({"a": 1}, [1], "w")
+    )
+    assert triple_logprobs([], [], "w", SGLangResponseError) == []
+
+
+@pytest.mark.parametrize("n", [1, 5, 300])
+def test_keyed_entries_match_the_per_entry_check(n: int) -> None:
+    rng = random.Random(200 + n)
+    for values, ids in mutations(rng, n):
+        entries: list[Any] = [{"token_id": t, "logprob": v, "token": "x"} for v, t in zip(values, ids, strict=True)]
+        broken = [dict(e) for e in entries]
+        i = rng.randrange(n)
+        choice = rng.randrange(4)
+        if choice == 0:
+            broken[i]["token_id"] = ids[i] + 1
+        elif choice == 1:
+            del broken[i]["logprob"]  # missing logprob reads as None, as before
+        elif choice == 2:
+            broken[i] = [values[i], ids[i]]
+        else:
+            broken[i] = None
+        for got in (entries, broken, entries[1:]):
+            fast = outcome(lambda g=got, e=ids: keyed_logprobs(g, e, "w", VLLMResponseError))
+            assert fast == outcome(lambda g=got, e=ids: ref_keyed(g, e, "w")), got
+
+
+@pytest.mark.parametrize("n", [2, 6, 300])
+def test_vllm_prompt_logprobs_match_the_per_position_check(n: int) -> None:
+    rng = random.Random(300 + n)
+    for values, ids in mutations(rng, n):
+        entries: list[Any] = [None] + [
+            {str(t): {"logprob": v, "rank": 1}, "99999": {"logprob": -9.0}}
+            for v, t in zip(values[1:], ids[1:], strict=True)
+        ]
+        broken = list(entries)
+        i = rng.randrange(1, n)
+        choice = rng.randrange(4)
+        if choice == 0:
+            broken[i] = {"99999": {"logprob": -1.0}}  # the token's own entry is missing
+        elif choice == 1:
+            broken[i] = None  # a null in the middle
+        elif choice == 2:
+            broken[i] = {str(ids[i]): -0.5}  # not an object
+        else:
+            broken[i] = [1]
+        for new_prompt in (n, n - 1, 1):
+            for got in (entries, broken):
+                fast = outcome(lambda g=got, k=new_prompt, e=ids: vllm._prompt_logprobs(g, e, k, "src"))
+                expected = outcome(lambda g=got, k=new_prompt, e=ids: ref_prompt(g, e, k, "src prompt_logprobs"))
+                assert fast == expected, (got, new_prompt)
+
+
+def test_token_id_lists() -> None:
+    assert is_token_id_list([]) and is_token_id_list([0, 5, 151645])
+    for bad in ([1, True], [1, -1], [1.0], ["1"], [None], (1, 2), None, "12"):
+        assert not is_token_id_list(bad)
+        with pytest.raises(VLLMResponseError, match="not a list of token ids"):
+            check_token_ids(bad, "ids", VLLMResponseError)
+    assert check_token_ids([3, 4], "ids", VLLMResponseError) == [3, 4]
+
+
+def _reply(input_ids: list[int], output_ids: list[int], start: int, input_lps: list[Any], output_lps: list[Any]) -> Any:
+    return {
+        "text": "hi",
+        "output_ids": output_ids,
+        "meta_info": {
+            "finish_reason": {"type": "stop", "matched": output_ids[-1]},
+            "prompt_tokens": len(input_ids),
+            "input_token_logprobs": [[lp, t, None] for lp, t in zip(input_lps, input_ids[start:], strict=True)],
+            "output_token_logprobs": [[lp, t, None] for lp, t in zip(output_lps, output_ids, strict=True)],
+        },
+    }
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, True, "-0.5"])
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_parse_reply_rejects_a_bad_logprob_anywhere(bad: Any, where: str) -> None:
+    input_ids, output_ids = list(range(10, 40)), [7, 8, 9]
+    input_lps: list[Any] = [None] + [-0.5] * 20
+    output_lps: list[Any] = [-0.1, -0.2, -0.3]
+    (input_lps if where == "input" else output_lps)[2] = bad
+    reply = _reply(input_ids, output_ids, 9, input_lps, output_lps)
+    with pytest.raises(SGLangResponseError, match=rf"{where}_token_logprobs\[2\]: logprob .* is not a finite number"):
+        _parse_reply(reply, input_ids, 20, 9, True, False)
+
+
+def test_parse_reply_keeps_nulls_and_the_new_prompt_only() -> None:
+    input_ids, output_ids = list(range(10, 40)), [7, 8, 9]
+    input_lps: list[Any] = [None, -1, None] + [-0.5] * 18
+    reply = _reply(input_ids, output_ids, 9, input_lps, [-0.1, None, 0])
+    parsed = _parse_reply(reply, input_ids, 20, 9, True, False)
+    assert parsed.prompt_logprobs == [-1.0, None] + [-0.5] * 18
+    assert parsed.output_logprobs == [-0.1, None, 0.0]
+    reply["output_ids"] = [7, True, 9]
+    with pytest.raises(SGLangResponseError, match="no output_ids list of token ids"):
+        _parse_reply(reply, input_ids, 20, 9, True, False)
+    reply = _reply(input_ids, output_ids, 9, input_lps, [-0.1, None, 0])
+    reply["meta_info"]["input_token_logprobs"][5][1] += 1
+    with pytest.raises(SGLangResponseError, match=r"input_token_logprobs\[5\]: entry .* does not describe token"):
+        _parse_reply(reply, input_ids, 20, 9, True, False)
