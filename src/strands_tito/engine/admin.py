@@ -65,7 +65,6 @@ class AdminEndpoints:
             }
         )
 
-    # One flat literal, in SGLang's key order: splitting it would only scatter the body the tests pin.
     async def server_info(self, request: Request, conn: Connection, received: float) -> AnyResponse:
         core = self.core
         host, port = self.address()
