@@ -8,7 +8,7 @@ USAGE = """usage: strands-tito COMMAND [ARGS]
 
 commands:
   demo      run an example agent with a tool against the local engine and print the captured trajectory
-  engine    run the local SGLang-protocol engine (strands-tito engine --help)
+  engine    run the local test/dev engine, a scripted SGLang/vLLM stand-in (strands-tito engine --help)
   collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
   inspect   show trajectories from a JSONL or Parquet file (strands-tito inspect --help)
 """
