@@ -26,7 +26,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .collector import Collector, CollectorConfig
 from .engine import LocalEngine, Reply, Script
-from .families import FAMILIES, family, family_tokenizer
+from .families import FAMILIES, family, family_tokenizer, template_defaults
 from .rendering import render_chat_template
 from .tokenizers import build_qwen3_tokenizer
 from .viewer import Decoder, render_text
@@ -44,8 +44,9 @@ def _model_writes(
     """What the family's model writes after ``before``: the template's rendering of ``turn`` (an assistant message and
     what follows it) after the generation prompt, up to and including the model's stop token."""
     spec = FAMILIES[name]
-    prompt_text = render_chat_template(tokenizer, before, add_generation_prompt=True)
-    full_text = render_chat_template(tokenizer, [*before, *turn], add_generation_prompt=False)
+    kwargs = template_defaults(tokenizer.chat_template)  # as the model renders it (QwQ: enable_thinking=True)
+    prompt_text = render_chat_template(tokenizer, before, add_generation_prompt=True, **kwargs)
+    full_text = render_chat_template(tokenizer, [*before, *turn], add_generation_prompt=False, **kwargs)
     if full_text.startswith(prompt_text):
         rest = full_text[len(prompt_text) :]
     else:

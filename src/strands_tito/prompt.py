@@ -27,7 +27,7 @@ from strands.types.content import Message, Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-from .families import FAMILIES
+from .families import FAMILIES, template_defaults
 from .rendering import render_chat_template
 
 # The stand-in messages before the assistant message the new messages follow: templates that need a user query
@@ -216,7 +216,8 @@ class PromptEncoder:
 
     Args:
         tokenizer: A Hugging Face tokenizer with a chat template.
-        enable_thinking: Passed to the template (Qwen3, GLM, DeepSeek-V3.1 ...); None leaves the template's default.
+        enable_thinking: Passed to the template (Qwen3, GLM, DeepSeek-V3.1 ...); None leaves the template's default,
+            or the family's (:func:`strands_tito.families.template_defaults`: QwQ is rendered with ``True``).
         end_tokens: Tokens that end an assistant turn (the model's stop tokens and the template's end-of-turn
             tokens). Default: the tokenizer's eos token, the token the template closes an assistant message with,
             and those of :data:`KNOWN_END_TOKENS` the tokenizer has as added tokens.
@@ -233,7 +234,11 @@ class PromptEncoder:
         end_tokens: Sequence[str] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
-        self.template_kwargs: dict[str, Any] = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+        self.template_kwargs: dict[str, Any] = (
+            template_defaults(tokenizer.chat_template)
+            if enable_thinking is None
+            else {"enable_thinking": enable_thinking}
+        )
         self._added: dict[int, str] = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
         self._stand_in_text = self._render_or_fail(_STAND_IN, "render a system and a user message", generation=False)
         self.end_tokens: tuple[str, ...] = tuple(end_tokens) if end_tokens is not None else self._default_end_tokens()
