@@ -334,3 +334,34 @@ def test_qwq_generation_prompt_opens_the_think_block() -> None:
     assert text.endswith("<|im_start|>assistant\n<think>\n")
     assert PromptEncoder(tokenizer, enable_thinking=False).template_kwargs == {"enable_thinking": False}
     assert PromptEncoder(family_tokenizer("qwen3")).template_kwargs == {}
+
+
+@pytest.mark.parametrize("name", ["gpt-oss", "qwen3"])
+def test_first_prompt_with_earlier_tool_calls_is_structured(name: str) -> None:
+    """A first prompt that already holds assistant tool calls (a restored conversation, few-shot history) written
+    without call markup: the calls are rendered as structured tool_calls with their ids (gpt-oss refuses a tool
+    message without them; a hermes template would otherwise drop them)."""
+    tokenizer = family_tokenizer(name)
+    use = {"toolUseId": "call_7", "name": "calculator", "input": {"expression": "2 + 2"}}
+    result = {"toolUseId": "call_7", "status": "success", "content": [{"text": "4"}]}
+    history: Any = [
+        {"role": "user", "content": [{"text": "What is 2 + 2?"}]},
+        {"role": "assistant", "content": [{"toolUse": use}]},
+        {"role": "user", "content": [{"toolResult": result}]},
+        {"role": "assistant", "content": [{"text": "4."}]},
+        {"role": "user", "content": [{"text": USER_1}]},
+    ]
+    ids = PromptEncoder(tokenizer).first_prompt(history, [calculator.tool_spec], SYSTEM)
+    call = {"id": "call_7", "type": "function", "function": {"name": "calculator", "arguments": use["input"]}}
+    structured_history = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "What is 2 + 2?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_7", "name": "calculator", "content": "4"},
+        {"role": "assistant", "content": "4."},
+        {"role": "user", "content": USER_1},
+    ]
+    tools = format_tool_specs([calculator.tool_spec])
+    want = render_chat_template(tokenizer, structured_history, tools=tools, add_generation_prompt=True)
+    assert str(tokenizer.decode(ids, skip_special_tokens=False)) == want
+    assert '"expression": "2 + 2"' in want or "2 + 2" in want.split("What is 2 + 2?")[1]

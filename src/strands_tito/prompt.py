@@ -409,7 +409,23 @@ class PromptEncoder:
             tools = None
         before = len(images) if images is not None else 0
         formatted = format_messages(messages, system_prompt, images)
-        ids = self.encode(self.render(formatted, tools=tools, add_generation_prompt=True))
+        structured = _with_history_calls(formatted, messages, force=False)
+        try:
+            text = self.render(structured, tools=tools, add_generation_prompt=True)
+        except Exception as e:
+            # Templates that need structured tool_calls before a tool message (gpt-oss): give every earlier call.
+            retry = _with_history_calls(formatted, messages, force=True)
+            if retry == structured:
+                raise PromptError(f"the chat template cannot render the first prompt: {type(e).__name__}: {e}") from e
+            try:
+                text = self.render(retry, tools=tools, add_generation_prompt=True)
+            except Exception as again:
+                raise PromptError(
+                    "the chat template cannot render the first prompt's earlier assistant tool calls (a restored "
+                    f"conversation or few-shot history), even as structured tool_calls: {type(again).__name__}: "
+                    f"{again}"
+                ) from again
+        ids = self.encode(text)
         if images is not None and (len(images) > before or self._image_token_in(ids)):
             self._check_images(ids, len(images) - before)
         return ids
@@ -489,6 +505,27 @@ class PromptEncoder:
         # The model stopped on another token (gpt-oss <|return|>, re-rendered <|end|>): keep the model's. Otherwise
         # its turn was cut short and the template's end of turn closes it.
         return after[position + len(token) :] if emitted is not None else after[position:]
+
+
+def _with_history_calls(formatted: list[dict[str, Any]], messages: Messages, *, force: bool) -> list[dict[str, Any]]:
+    """Earlier assistant turns of a first prompt with their ``toolUse`` blocks as structured ``tool_calls`` (ids kept).
+
+    An assistant text is the model's raw output, call markup included, so it is rendered verbatim; only a turn whose
+    text names none of its tools (a restored conversation or few-shot history written without the markup) gets its
+    calls structured, or every turn with calls when ``force`` (templates that refuse a tool message without them).
+    """
+    assistants = iter(m for m in messages if m["role"] == "assistant")
+    out: list[dict[str, Any]] = []
+    for entry in formatted:
+        if entry["role"] != "assistant":
+            out.append(entry)
+            continue
+        calls = tool_calls_of(next(assistants))
+        text = entry["content"] if isinstance(entry["content"], str) else ""
+        if calls and (force or not any(c["function"]["name"] in text for c in calls)):
+            entry = {**entry, "tool_calls": calls}
+        out.append(entry)
+    return out
 
 
 def _earlier_calls(count: int) -> list[dict[str, Any]]:
