@@ -8,7 +8,8 @@ USAGE = """usage: strands-tito COMMAND [ARGS]
 
 commands:
   demo      run an example agent with a tool against the local engine and print the captured trajectory
-  engine    run the local SGLang-protocol engine (strands-tito engine --help)
+            (strands-tito demo --help; --chat-template FAMILY runs it on a model family's real template)
+  engine    run the local test/dev engine, a scripted SGLang/vLLM stand-in (strands-tito engine --help)
   collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
   inspect   show trajectories from a JSONL or Parquet file (strands-tito inspect --help)
 """
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     if command == "demo":
         from .demo import main as demo_main
 
-        return demo_main()
+        return demo_main(rest)
     if command == "inspect":
         from .viewer import inspect_main
 

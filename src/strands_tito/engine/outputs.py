@@ -105,7 +105,8 @@ class OutputBuilder:
     def _token_text(self, token: int, with_text: bool) -> str | None:
         return self.decode([token], skip_special_tokens=False) if with_text else None
 
-    def _top_entries(self, position: int, actual: int, count: int, with_text: bool) -> list[list[Any]]:
+    def top_entries(self, position: int, actual: int, count: int, with_text: bool) -> list[list[Any]]:
+        """The ``count`` best ``[logprob, token, text]`` at ``position`` (``actual`` and synthetic neighbours)."""
         candidates = {actual}
         step = 1
         while len(candidates) < count + 1 and step < 4 * count + 8:
@@ -129,7 +130,7 @@ class OutputBuilder:
         }
         if generate.top_logprobs_num > 0:
             fields["input_top_logprobs"] = [
-                None if j == 0 else self._top_entries(p, prompt[p], generate.top_logprobs_num, with_text)
+                None if j == 0 else self.top_entries(p, prompt[p], generate.top_logprobs_num, with_text)
                 for j, p in enumerate(positions)
             ]
         if generate.token_ids_logprob is not None:
@@ -172,7 +173,7 @@ class OutputBuilder:
             if generate.top_logprobs_num > 0:
                 meta["input_top_logprobs"] = input_fields.get("input_top_logprobs", [])
                 meta["output_top_logprobs"] = [
-                    self._top_entries(base + i, token, generate.top_logprobs_num, with_text)
+                    self.top_entries(base + i, token, generate.top_logprobs_num, with_text)
                     for i, token in enumerate(out)
                 ]
             if generate.token_ids_logprob is not None:
