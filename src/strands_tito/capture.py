@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 
 from . import spans as schema
 from .assembly import TrajectoryAssembler, TrajectoryRecord
+from .errors import StrandsTitoError
 from .span_images import encode_images, max_image_bytes
 from .trajectory import Trajectory, Turn
 
@@ -70,7 +71,7 @@ _last_active: Trajectory | CallSequence | None = None
 _exit_hook_registered = False
 
 
-class CaptureConfigError(RuntimeError):
+class CaptureConfigError(StrandsTitoError, RuntimeError):
     """The tracing setup would cut or drop token data; fixed by the setting the message names."""
 
 

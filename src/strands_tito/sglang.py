@@ -14,7 +14,7 @@ from typing import Any, ClassVar, cast
 from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
-from .client import SGLangClient
+from .client import SGLangClient, TokenClient
 from .reply_checks import is_token_id_list, triple_logprobs
 from .token_model import (
     INVALID_TOOL_NAME,
@@ -104,7 +104,7 @@ class SGLangModel(TokenModel):
         self,
         *,
         tokenizer: PreTrainedTokenizerBase,
-        client: SGLangClient | None = None,
+        client: TokenClient | None = None,
         base_url: str | None = None,
         tool_parser: ToolParser | str | None = None,
         **config: Any,

@@ -36,13 +36,8 @@ from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
 from .capture import AgentState, end_trajectory, record_turn
-from .client import (
-    SGLangCancelledError,
-    SGLangClient,
-    SGLangClientError,
-    SGLangContextLengthError,
-    SGLangThrottledError,
-)
+from .client import TokenClient
+from .errors import ContextLengthError, GenerationError, RequestCancelledError, ThrottledError
 from .prompt import PromptEncoder
 from .reasoning import split_harmony, split_reasoning
 from .tool_parsers import ToolCall, ToolParser, get_tool_parser, warn_foreign_markup
@@ -72,25 +67,25 @@ INVALID_TOOL_NAME = "invalid_tool_call"
 _STATE_ORDER = itertools.count()
 
 
-class TokenResponseError(SGLangClientError):
+class TokenResponseError(GenerationError):
     """A reply does not follow the server's protocol (missing fields, wrong lengths, NaN, ...).
 
     Nothing from the reply is recorded. Each provider raises its own subclass.
     """
 
 
-class TokenAbortedError(SGLangClientError):
+class TokenAbortedError(GenerationError):
     """The server aborted the generation: an error, never a normal turn. Each provider raises its own subclass."""
 
 
-class HistoryRewrittenError(SGLangClientError):
+class HistoryRewrittenError(GenerationError):
     """Messages the trajectory already holds were removed or changed (e.g. by a trimming conversation manager).
 
     Token-in/token-out needs an append-only history; use ``NullConversationManager``.
     """
 
 
-class ImagesNotSupportedError(SGLangClientError):
+class ImagesNotSupportedError(GenerationError):
     """The prompt has images but the provider or the served model cannot take them; raised before any request."""
 
 
@@ -179,14 +174,14 @@ class TokenModel(Model):
     response_error: ClassVar[type[TokenResponseError]] = TokenResponseError
     aborted_error: ClassVar[type[TokenAbortedError]] = TokenAbortedError
 
-    client: SGLangClient
+    client: TokenClient
     config: Any
 
     def __init__(
         self,
         *,
         tokenizer: PreTrainedTokenizerBase,
-        client: SGLangClient,
+        client: TokenClient,
         tool_parser: ToolParser | str | None,
         defaults: dict[str, Any],
         config: dict[str, Any],
@@ -213,8 +208,8 @@ class TokenModel(Model):
         """Send one generation and return the validated reply.
 
         Raises:
-            SGLangCancelledError: The cancel signal was set (nothing is recorded).
-            SGLangContextLengthError, SGLangThrottledError: Mapped to Strands' exceptions by :meth:`stream`.
+            RequestCancelledError: The cancel signal was set (nothing is recorded).
+            ContextLengthError, ThrottledError: Mapped to Strands' exceptions by :meth:`stream`.
             TokenResponseError: The reply cannot be used (a subclass per provider).
         """
         raise NotImplementedError
@@ -332,7 +327,7 @@ class TokenModel(Model):
             return cast(int, limit)
         try:
             return await self.client.max_model_len()
-        except SGLangClientError as e:
+        except GenerationError as e:
             logger.warning("error=<%s> | could not read the context length; will ask again next turn", e)
             return None
 
@@ -357,7 +352,7 @@ class TokenModel(Model):
         Raises:
             ContextWindowOverflowException: No room is left in the context window.
             ModelThrottledException: The server stayed overloaded through every retry.
-            TokenAbortedError, TokenResponseError, HistoryRewrittenError, SGLangClientError: see their docs (the
+            TokenAbortedError, TokenResponseError, HistoryRewrittenError, GenerationError: see their docs (the
                 first two as the provider's own subclasses).
         """
         state = self._state(model_state)
@@ -399,11 +394,11 @@ class TokenModel(Model):
         )
         try:
             reply = await self._generate(request)
-        except SGLangCancelledError:
+        except RequestCancelledError:
             return  # Strands reports the turn as cancelled; nothing was recorded.
-        except SGLangContextLengthError as e:
+        except ContextLengthError as e:
             raise ContextWindowOverflowException(str(e)) from e
-        except SGLangThrottledError as e:
+        except ThrottledError as e:
             raise ModelThrottledException(str(e)) from e
 
         if reply.finish_reason == "abort":
@@ -524,9 +519,9 @@ class TokenModel(Model):
         )
         try:
             reply = await self._generate(request)
-        except SGLangContextLengthError as e:
+        except ContextLengthError as e:
             raise ContextWindowOverflowException(str(e)) from e
-        except SGLangThrottledError as e:
+        except ThrottledError as e:
             raise ModelThrottledException(str(e)) from e
         if reply.finish_reason == "abort":
             raise self.aborted_error("structured output generation aborted by the server")

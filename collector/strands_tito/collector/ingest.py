@@ -20,6 +20,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from strands_tito import spans as schema
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord, quarantined
+from strands_tito.errors import StrandsTitoError
 from strands_tito.otlp import attributes_of
 
 from .store import Store, StoredSpan
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 _SPAN_IDENTITY = ("agentlightning.rollout_id", "agentlightning.attempt_id")
 
 
-class PayloadTooLarge(ValueError):
+class PayloadTooLarge(StrandsTitoError, ValueError):
     """The body, once decompressed, is larger than the collector accepts."""
 
 

@@ -34,6 +34,8 @@ from typing import Any
 import httpx
 import orjson
 
+from strands_tito.errors import StrandsTitoError
+
 from .base import ExporterConfigError
 
 logger = logging.getLogger(__name__)
@@ -53,7 +55,7 @@ CREATE TABLE IF NOT EXISTS progress (
 """
 
 
-class AgentLightningError(RuntimeError):
+class AgentLightningError(StrandsTitoError, RuntimeError):
     """The Agent Lightning server could not take the events now (the batch is retried later)."""
 
 
