@@ -97,6 +97,7 @@ class SGLangModel(TokenModel):
     default_sampling_params: ClassVar[dict[str, Any]] = {"skip_special_tokens": False}
     response_error = SGLangResponseError
     aborted_error = SGLangAbortedError
+    config_type = SGLangConfig
 
     config: SGLangConfig
 

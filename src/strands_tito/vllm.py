@@ -188,6 +188,7 @@ class VLLMModel(TokenModel):
     default_sampling_params: ClassVar[dict[str, Any]] = {}
     response_error = VLLMResponseError
     aborted_error = VLLMAbortedError
+    config_type = VLLMConfig
 
     client: VLLMClient
     config: VLLMConfig
