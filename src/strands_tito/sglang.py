@@ -81,7 +81,7 @@ class SGLangModel(TokenModel):
 
     Construct with a client (``SGLangModel(client=..., tokenizer=..., tool_parser=...)``) or a URL
     (``SGLangModel(tokenizer=..., base_url=...)``). Each agent using the model gets its own trajectory (kept in the
-    per-agent model state Strands passes to :meth:`stream`); ``model.token_manager`` is the trajectory of the agent
+    per-agent model state Strands passes to :meth:`stream`); ``model.trajectory`` is the trajectory of the agent
     that called the model last, which is the agent's when only one uses it.
 
     Args:

@@ -163,8 +163,9 @@ class TokenModel(Model):
     """Base of the token-in/token-out providers: per-agent trajectories, prompts, tools, limits, capture, errors.
 
     Each agent using the model gets its own trajectory (kept in the per-agent model state Strands passes to
-    :meth:`stream`); ``model.token_manager`` is the trajectory of the agent that called the model last, which is the
-    agent's when only one uses it. Subclasses implement :meth:`_generate` and set the class attributes below.
+    :meth:`stream`); ``model.trajectory`` is the trajectory of the agent that called the model last, which is the
+    agent's when only one uses it (``token_manager`` and ``rollout`` are its supported older names). Subclasses
+    implement :meth:`_generate` and set the class attributes below.
     """
 
     #: Sampling parameter that caps the number of generated tokens (fitted to the context window each turn).
@@ -242,28 +243,28 @@ class TokenModel(Model):
     # -- trajectory access (single-agent use) ----------------------------------------------------------------------
 
     @property
-    def token_manager(self) -> Trajectory:
+    def trajectory(self) -> Trajectory:
         """Trajectory of the agent that used this model last (``token_ids``, ``loss_mask``, ``logprobs``, ...)."""
         return self._last_state.trajectory
 
     @property
-    def trajectory(self) -> Trajectory:
-        """Same as :attr:`token_manager`."""
+    def token_manager(self) -> Trajectory:
+        """Same as :attr:`trajectory` (the seed API's name, supported)."""
         return self._last_state.trajectory
 
     @property
     def rollout(self) -> Trajectory:
-        """Same as :attr:`token_manager` (strands-sglang 0.6's name; ``Rollout`` is :class:`Trajectory`)."""
+        """Same as :attr:`trajectory` (strands-sglang 0.6's name, supported; ``Rollout`` is :class:`Trajectory`)."""
         return self._last_state.trajectory
 
     @property
     def routed_experts(self) -> list[str]:
-        """Per-turn base64 routed-expert slices of :attr:`token_manager`."""
+        """Per-turn base64 routed-expert slices of :attr:`trajectory`."""
         return self._last_state.trajectory.routed_experts
 
     @property
     def tool_parse_errors(self) -> dict[str, int]:
-        """Malformed tool calls per tool name in :attr:`token_manager`'s episode."""
+        """Malformed tool calls per tool name in :attr:`trajectory`'s episode."""
         return self._last_state.tool_parse_errors
 
     def trajectory_of(self, agent: Any) -> Trajectory:
@@ -379,7 +380,7 @@ class TokenModel(Model):
             yield event
 
     def _enter(self, model_state: dict[str, Any] | None, invocation_state: dict[str, Any] | None) -> _AgentState:
-        """The calling agent's state (now :attr:`token_manager`); hooks the agent once to cancel malformed calls."""
+        """The calling agent's state (now :attr:`trajectory`); hooks the agent once to cancel malformed calls."""
         state = self._state(model_state)
         self._last_state = state
         agent = (invocation_state or {}).get("agent")

@@ -166,7 +166,7 @@ class VLLMModel(TokenModel):
     """Strands model provider that sends token IDs to vLLM and records the exact token trajectory.
 
     ``VLLMModel(tokenizer=..., base_url=..., model_id=..., tool_parser=..., sampling_params=...)``, or with
-    ``client=`` a shared :class:`VLLMClient`. The same ``token_manager`` / ``trajectory_of`` / ``reset()`` surface,
+    ``client=`` a shared :class:`VLLMClient`. The same ``trajectory`` / ``trajectory_of`` / ``reset()`` surface,
     trajectory type and span schema as :class:`~strands_tito.sglang.SGLangModel`.
 
     Args:
