@@ -20,6 +20,7 @@ from typing import Any, Self
 import httpx
 import orjson
 
+from .connection_pool import ConnectionPool, HTTPReply, HTTPTransportError
 from .errors import (
     ContextLengthError,
     GenerationError,
@@ -29,7 +30,6 @@ from .errors import (
     ServerHTTPError,
     ThrottledError,
 )
-from .http11 import ConnectionPool, HTTPReply, HTTPTransportError
 
 logger = logging.getLogger(__name__)
 
