@@ -180,6 +180,28 @@ def _logprob_entries(entries: Any, expected_ids: Sequence[int], where: str) -> l
     return triple_logprobs(entries, expected_ids, where, SGLangResponseError)
 
 
+def _checked_header(raw: dict[str, Any], sent: int, expanded: bool) -> tuple[list[int], dict[str, Any], dict[str, Any]]:
+    """``output_ids``, ``meta_info`` and ``finish_reason`` of a ``/generate`` reply, checked against the request."""
+    output_ids = raw.get("output_ids")
+    meta = raw.get("meta_info")
+    if not isinstance(meta, dict):
+        raise SGLangResponseError("/generate reply has no meta_info object")
+    finish = meta.get("finish_reason")
+    if not isinstance(finish, dict) or finish.get("type") not in ("stop", "length", "abort"):
+        raise SGLangResponseError(f"/generate reply has an unknown finish_reason {finish!r}")
+    if not is_token_id_list(output_ids):
+        raise SGLangResponseError("/generate reply has no output_ids list of token ids")
+    if finish["type"] != "abort":
+        if not output_ids:
+            raise SGLangResponseError("/generate reply finished without generating any token")
+        prompt_tokens = meta.get("prompt_tokens")
+        if expanded and type(prompt_tokens) is int and prompt_tokens >= sent:
+            pass
+        elif prompt_tokens != sent:
+            raise SGLangResponseError(f"server counted {prompt_tokens!r} prompt tokens, {sent} were sent")
+    return output_ids, meta, finish
+
+
 def _parse_reply(
     raw: dict[str, Any],
     input_ids: Sequence[int],
@@ -195,24 +217,8 @@ def _parse_reply(
     ``expanded``: the request carried images, so the server counts the prompt after expanding each placeholder
     (at least one token per image).
     """
-    output_ids = raw.get("output_ids")
-    meta = raw.get("meta_info")
-    if not isinstance(meta, dict):
-        raise SGLangResponseError("/generate reply has no meta_info object")
-    finish = meta.get("finish_reason")
-    if not isinstance(finish, dict) or finish.get("type") not in ("stop", "length", "abort"):
-        raise SGLangResponseError(f"/generate reply has an unknown finish_reason {finish!r}")
+    output_ids, meta, finish = _checked_header(raw, len(input_ids), expanded)
     finish_type = cast(FinishReason, finish["type"])
-    if not is_token_id_list(output_ids):
-        raise SGLangResponseError("/generate reply has no output_ids list of token ids")
-    if finish_type != "abort":
-        if not output_ids:
-            raise SGLangResponseError("/generate reply finished without generating any token")
-        prompt_tokens = meta.get("prompt_tokens")
-        if expanded and type(prompt_tokens) is int and prompt_tokens >= len(input_ids):
-            pass
-        elif prompt_tokens != len(input_ids):
-            raise SGLangResponseError(f"server counted {prompt_tokens!r} prompt tokens, {len(input_ids)} were sent")
 
     output_logprobs = prompt_logprobs = None
     if want_logprobs and finish_type != "abort":
