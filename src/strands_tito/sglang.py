@@ -41,10 +41,6 @@ __all__ = [
     "SGLangResponseError",
 ]
 
-# A reply validated for recording (kept under its old name).
-_Reply = Generation
-
-
 class SGLangResponseError(TokenResponseError):
     """A ``/generate`` reply does not follow the protocol (missing fields, wrong lengths, NaN, ...).
 
