@@ -41,6 +41,7 @@ __all__ = [
     "SGLangResponseError",
 ]
 
+
 class SGLangResponseError(TokenResponseError):
     """A ``/generate`` reply does not follow the protocol (missing fields, wrong lengths, NaN, ...).
 
