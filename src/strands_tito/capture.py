@@ -27,8 +27,9 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
-from . import spans as schema
+from . import spans
 from .assembly import TrajectoryAssembler, TrajectoryRecord
+from .errors import StrandsTitoError
 from .records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
 from .records import AGL_ROLLOUT_ID as AGL_ROLLOUT_ID
 from .records import ENV_CAPTURE as ENV_CAPTURE
@@ -68,7 +69,7 @@ _last_active: Trajectory | CallSequence | None = None
 _exit_hook_registered = False
 
 
-class CaptureConfigError(RuntimeError):
+class CaptureConfigError(StrandsTitoError, RuntimeError):
     """The tracing setup would cut or drop token data; fixed by the setting the message names."""
 
 
@@ -77,7 +78,7 @@ def capture_enabled() -> bool:
     return not capture_off(os.environ.get(ENV_CAPTURE))
 
 
-def span_encoding() -> schema.Encoding:
+def span_encoding() -> spans.Encoding:
     """``packed`` (default: int32/float32 bytes) or ``array`` (plain arrays, readable in trace viewers)."""
     return "array" if os.environ.get(ENV_ENCODING, "").strip().lower() == "array" else "packed"
 
@@ -97,7 +98,7 @@ def check_span_limits(limits: Any) -> None:
     """Fail loudly if the SDK's span limits could evict or cut strands-tito attributes."""
     if limits is None:
         return
-    needed = schema.MAX_OWN_ATTRIBUTES + schema.STRANDS_ATTRIBUTE_BUDGET
+    needed = spans.MAX_OWN_ATTRIBUTES + spans.STRANDS_ATTRIBUTE_BUDGET
     count = getattr(limits, "max_span_attributes", None)
     if count is not None and count < needed:
         raise CaptureConfigError(
@@ -157,7 +158,7 @@ def record_turn(
             trajectory.logprobs[turn.prompt_start : start],
             trajectory.logprobs[start:end],
         )
-    attributes = schema.turn_attributes(
+    attributes = spans.turn_attributes(
         trajectory.trajectory_id,
         turn.index,
         turn.prompt_start,
@@ -216,7 +217,7 @@ def record_call(
     span = trace.get_current_span()
     if not span.is_recording() or not capture_enabled():
         return False
-    attributes = schema.call_attributes(
+    attributes = spans.call_attributes(
         calls.trajectory_id,
         index,
         prompt_ids,
@@ -266,25 +267,25 @@ def end_trajectory(trajectory: Trajectory | CallSequence, reason: str) -> None:
         dropped, dropped_indices = _dropped.pop(trajectory.trajectory_id, (0, []))
     unit: dict[str, Any] = {}
     if dropped:
-        unit[schema.END_DROPPED] = dropped
-        unit[schema.END_DROPPED_INDICES] = sorted(dropped_indices)
+        unit[spans.END_DROPPED] = dropped
+        unit[spans.END_DROPPED_INDICES] = sorted(dropped_indices)
     if isinstance(trajectory, Trajectory):
         turns, length, crc32 = len(trajectory.turns), len(trajectory), trajectory.crc32
     else:
-        (turns, length, crc32), unit = trajectory.end_totals(), {schema.END_UNIT: "calls"}
+        (turns, length, crc32), unit = trajectory.end_totals(), {spans.END_UNIT: "calls"}
     attributes: dict[str, Any] = {
-        schema.SCHEMA: schema.SCHEMA_VERSION,
-        schema.KIND: "end",
-        schema.TRAJECTORY_ID: trajectory.trajectory_id,
-        schema.END_REASON: reason,
-        schema.END_TURNS: turns,
-        schema.END_LENGTH: length,
-        schema.END_CRC32: crc32,
+        spans.SCHEMA: spans.SCHEMA_VERSION,
+        spans.KIND: "end",
+        spans.TRAJECTORY_ID: trajectory.trajectory_id,
+        spans.END_REASON: reason,
+        spans.END_TURNS: turns,
+        spans.END_LENGTH: length,
+        spans.END_CRC32: crc32,
         **unit,
         **agentlightning_identity(),
     }
     # A root span of its own: the end may come long after the agent's trace (reset, garbage collection, exit).
-    _tracer.start_span(schema.SPAN_END, context=Context(), attributes=attributes).end()
+    _tracer.start_span(spans.SPAN_END, context=Context(), attributes=attributes).end()
 
 
 class AgentState(dict[str, Any]):
@@ -343,15 +344,15 @@ def record_reward(
     if trajectory is None:
         raise ValueError("record_reward: no trajectory to attach the reward to (pass agent= or trajectory=)")
     attributes: dict[str, Any] = {
-        schema.SCHEMA: schema.SCHEMA_VERSION,
-        schema.KIND: "reward",
-        schema.TRAJECTORY_ID: trajectory.trajectory_id,
-        schema.REWARD_VALUE: float(value),
-        schema.REWARD_NAME: name,
+        spans.SCHEMA: spans.SCHEMA_VERSION,
+        spans.KIND: "reward",
+        spans.TRAJECTORY_ID: trajectory.trajectory_id,
+        spans.REWARD_VALUE: float(value),
+        spans.REWARD_NAME: name,
         **agentlightning_identity(),
     }
     # A child of the current span when there is one, so the reward sits on the rollout's trace.
-    _tracer.start_span(schema.SPAN_REWARD, attributes=attributes).end()
+    _tracer.start_span(spans.SPAN_REWARD, attributes=attributes).end()
 
 
 def shutdown_capture(timeout: float | None = None) -> None:
@@ -419,11 +420,11 @@ class TrajectorySpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Decode a finished strands-tito span and write any trajectory it completes."""
         attributes = dict(span.attributes or {})
-        if not schema.is_tito_span(attributes):
+        if not spans.is_tito_span(attributes):
             return
         try:
-            decoded = schema.decode_span(attributes, span.end_time or 0)
-        except schema.SpanSchemaError as e:
+            decoded = spans.decode_span(attributes, span.end_time or 0)
+        except spans.SpanSchemaError as e:
             self.errors += 1
             logger.error("span=<%s>, error=<%s> | strands-tito span could not be decoded", span.name, e)
             return

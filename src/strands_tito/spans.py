@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .errors import StrandsTitoError
 from .records import CALL_FIELDS
 from .span_images import ImageSchemaError, SpanImage, decode_images
 from .trajectory import pack_int32
@@ -75,7 +76,7 @@ SPAN_END = "tito.trajectory.end"
 Encoding = Literal["packed", "array"]
 
 
-class SpanSchemaError(ValueError):
+class SpanSchemaError(StrandsTitoError, ValueError):
     """A span claims to carry strands-tito data but the data is missing, mistyped or inconsistent."""
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import orjson
 
+from strands_tito.errors import StrandsTitoError
 from strands_tito.records import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
 
 from .base import ExporterConfigError
@@ -53,7 +54,7 @@ CREATE TABLE IF NOT EXISTS progress (
 """
 
 
-class AgentLightningError(RuntimeError):
+class AgentLightningError(StrandsTitoError, RuntimeError):
     """The Agent Lightning server could not take the events now (the batch is retried later)."""
 
 
