@@ -42,7 +42,14 @@ from .client import TokenClient
 from .errors import ContextLengthError, GenerationError, RequestCancelledError, ThrottledError
 from .prompt import PromptEncoder
 from .reasoning import split_harmony, split_reasoning
-from .tool_parsers import ToolCall, ToolParser, get_tool_parser, warn_foreign_markup
+from .tool_parsers import (
+    HermesToolParser,
+    ToolCall,
+    ToolParser,
+    ToolParserDetectionError,
+    get_tool_parser,
+    warn_foreign_markup,
+)
 from .trajectory import FinishReason, Trajectory, TrajectoryError
 
 __all__ = [
@@ -194,9 +201,19 @@ class TokenModel(Model):
     ) -> None:
         self.client = client
         self.tokenizer = tokenizer
-        # None or "auto": the parser the tokenizer's chat template and special tokens call for (or a clear error).
-        parser = tool_parser if tool_parser is not None else "auto"
-        self.tool_parser = get_tool_parser(parser, tokenizer=tokenizer) if isinstance(parser, str) else parser
+        # "auto": the parser the tokenizer's chat template and special tokens call for, or a clear error. The default
+        # (None) is "auto" too, but a model whose template has no tool-call format can still serve tool-less agents:
+        # the error is then raised when tools are first offered, before anything is sent.
+        self._undecided_parser: ToolParserDetectionError | None = None
+        if tool_parser is None:
+            try:
+                tool_parser = get_tool_parser("auto", tokenizer=tokenizer)
+            except ToolParserDetectionError as e:
+                self._undecided_parser = e
+                tool_parser = HermesToolParser()  # its <think> delimiters still split reasoning from the answer
+        self.tool_parser = (
+            get_tool_parser(tool_parser, tokenizer=tokenizer) if isinstance(tool_parser, str) else tool_parser
+        )
         self.config = dict(defaults)
         self.update_config(**config)
         self._epoch = 0
@@ -365,6 +382,8 @@ class TokenModel(Model):
             TokenAbortedError, TokenResponseError, HistoryRewrittenError, GenerationError: see their docs (the
                 first two as the provider's own subclasses).
         """
+        if tool_specs and self._undecided_parser is not None:
+            raise self._undecided_parser
         state = self._enter(model_state, invocation_state)
         # Only the new messages' images are encoded (once); the earlier ones are kept on the trajectory.
         new_images: list[str] = []
