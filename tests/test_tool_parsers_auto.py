@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -127,7 +128,26 @@ def test_models_choose_their_parser(qwen3: PreTrainedTokenizerBase) -> None:
     model = SGLangModel(tokenizer=qwen3, base_url="http://127.0.0.1:9", tool_parser="glm")
     assert isinstance(model.tool_parser, GLMToolParser)
     with pytest.raises(ToolParserDetectionError):
-        SGLangModel(tokenizer=tokenizer_like("plain chat"), base_url="http://127.0.0.1:9")
+        SGLangModel(tokenizer=tokenizer_like("plain chat"), base_url="http://127.0.0.1:9", tool_parser="auto")
+
+
+PLAIN_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+async def test_a_template_without_tool_calls_serves_tool_less_agents(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    # By default an undecidable format only matters once tools are offered: then it fails before anything is sent.
+    tokenizer = copy.deepcopy(qwen3)
+    tokenizer.chat_template = PLAIN_CHATML
+    engine = start_engine(Script(turns=[Reply(text="Paris.")]), tokenizer=tokenizer)
+    model = make_model(engine, tokenizer)
+    assert str(await make_agent(model, system_prompt=None).invoke_async("Capital of France?")).strip() == "Paris."
+    requests = len(engine.records)
+    with pytest.raises(ToolParserDetectionError, match="match none"):
+        await make_agent(make_model(engine, tokenizer), [calculator], system_prompt=None).invoke_async("2 + 2?")
+    assert len(engine.records) == requests
 
 
 @pytest.mark.parametrize("own", sorted(OUTPUTS))

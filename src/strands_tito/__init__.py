@@ -24,6 +24,17 @@ if TYPE_CHECKING:
         SGLangDecodingError,
         SGLangHTTPError,
         SGLangThrottledError,
+        TokenClient,
+    )
+    from .errors import (
+        ContextLengthError,
+        GenerationError,
+        ReplyDecodingError,
+        RequestCancelledError,
+        ServerConnectionError,
+        ServerHTTPError,
+        StrandsTitoError,
+        ThrottledError,
     )
     from .limiter import (
         LoopLimiter,
@@ -59,6 +70,15 @@ _EXPORTS: dict[str, str] = {
     "SGLangDecodingError": "client",
     "SGLangHTTPError": "client",
     "SGLangThrottledError": "client",
+    "TokenClient": "client",
+    "ContextLengthError": "errors",
+    "GenerationError": "errors",
+    "ReplyDecodingError": "errors",
+    "RequestCancelledError": "errors",
+    "ServerConnectionError": "errors",
+    "ServerHTTPError": "errors",
+    "StrandsTitoError": "errors",
+    "ThrottledError": "errors",
     "LoopLimitReachedError": "limiter",
     "LoopLimiter": "limiter",
     "MaxMessagesReachedError": "limiter",
@@ -111,6 +131,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ContextLengthError",
+    "GenerationError",
     "HermesToolParser",
     "HistoryRewrittenError",
     "ImagesNotSupportedError",
@@ -122,6 +144,8 @@ __all__ = [
     "PromptEncoder",
     "PromptError",
     "QwenXMLToolParser",
+    "ReplyDecodingError",
+    "RequestCancelledError",
     "Rollout",
     "SGLangAbortedError",
     "SGLangCancelledError",
@@ -136,6 +160,11 @@ __all__ = [
     "SGLangResponseError",
     "SGLangThrottledError",
     "Segment",
+    "ServerConnectionError",
+    "ServerHTTPError",
+    "StrandsTitoError",
+    "ThrottledError",
+    "TokenClient",
     "ToolCall",
     "ToolLimitReachedError",
     "ToolLimiter",

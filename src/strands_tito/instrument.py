@@ -54,11 +54,10 @@ from .capture import (
     check_span_limits,
     shutdown_capture,
 )
+from .records import ON_VALUES, capture_off
 
 logger = logging.getLogger(__name__)
 
-ON_VALUES = ("1", "true", "on", "yes")
-OFF_VALUES = ("0", "false", "off", "no")
 EXIT_CONFIG_ERROR = 78  # EX_CONFIG (sysexits.h)
 # Exporters of the SDK configurator (OTEL_TRACES_EXPORTER) that already send OTLP.
 _OTLP_EXPORTER_NAMES = {"otlp", "otlp_proto_http", "otlp_proto_grpc"}
@@ -99,7 +98,7 @@ def parse_capture(value: str, environ: Mapping[str, str] | None = None) -> Captu
     """
     env = os.environ if environ is None else environ
     items = [item.strip() for item in value.split(",") if item.strip()]
-    if not items or (len(items) == 1 and items[0].lower() in OFF_VALUES):
+    if not items or (len(items) == 1 and capture_off(items[0])):
         return CaptureRequest()
     otlp, jsonl = False, []
     for item in items:

@@ -27,6 +27,7 @@ from strands.types.content import Message, Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
+from .errors import StrandsTitoError
 from .families import FAMILIES, template_defaults
 from .rendering import render_chat_template
 
@@ -64,7 +65,7 @@ IMAGE_MIME: Final[dict[str, str]] = {
 }
 
 
-class PromptError(ValueError):
+class PromptError(StrandsTitoError, ValueError):
     """The conversation or chat template cannot be tokenized incrementally."""
 
 

@@ -34,7 +34,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from . import spans as schema
+from . import spans
 from .capture import note_dropped
 from .spool import Spool, SpoolError, decode_request, encode_request
 
@@ -139,10 +139,10 @@ class SpoolingSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Queue a finished strands-tito span (other spans are ignored); never blocks on the network."""
         attributes = span.attributes or {}
-        if not schema.is_tito_span(attributes):
+        if not spans.is_tito_span(attributes):
             return
         size = estimate_size(span)
-        small = attributes.get(schema.KIND) in ("end", "reward")
+        small = attributes.get(spans.KIND) in ("end", "reward")
         with self._cond:
             held = self._queued_bytes + self.spool.pending_bytes
             if self._forked or held + size > self.max_bytes + (RESERVE_BYTES if small else 0):
@@ -209,13 +209,13 @@ class SpoolingSpanProcessor(SpanProcessor):
 
     def _drop(self, span: ReadableSpan, attributes: Any, held: int) -> None:
         self.dropped += 1
-        trajectory_id = str(attributes.get(schema.TRAJECTORY_ID, ""))
-        index = attributes.get(schema.TURN_INDEX, attributes.get(schema.CALL_INDEX))
+        trajectory_id = str(attributes.get(spans.TRAJECTORY_ID, ""))
+        index = attributes.get(spans.TURN_INDEX, attributes.get(spans.CALL_INDEX))
         note_dropped(trajectory_id, index if isinstance(index, int) else None)
         if trajectory_id not in self._reported:
             self._reported.add(trajectory_id)
             sys.stderr.write(
-                f"strands-tito: dropped a {attributes.get(schema.KIND)} span of trajectory {trajectory_id}: "
+                f"strands-tito: dropped a {attributes.get(spans.KIND)} span of trajectory {trajectory_id}: "
                 f"{held} bytes of spans are waiting for the collector (limit {ENV_MAX_BYTES}={self.max_bytes}); "
                 "its end signal will name what is missing\n"
             )
@@ -350,7 +350,7 @@ class OtlpCaptureProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """Route by whether the span carries strands-tito data."""
-        if schema.is_tito_span(span.attributes or {}):
+        if spans.is_tito_span(span.attributes or {}):
             self.tito.on_end(span)
         else:
             self.others.on_end(span)

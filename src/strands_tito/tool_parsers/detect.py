@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..errors import StrandsTitoError
 from .base import ToolParser
 
 __all__ = ["ToolParserDetectionError", "detect_tool_parser", "foreign_markup", "warn_foreign_markup"]
@@ -19,7 +20,7 @@ __all__ = ["ToolParserDetectionError", "detect_tool_parser", "foreign_markup", "
 logger = logging.getLogger(__name__)
 
 
-class ToolParserDetectionError(ValueError):
+class ToolParserDetectionError(StrandsTitoError, ValueError):
     """The tool-call format could not be told from the tokenizer; name a parser explicitly."""
 
 
