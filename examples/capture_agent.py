@@ -8,8 +8,8 @@ Needs an SGLang server at $SGLANG_URL (or the local stand-in: `strands-tito engi
         OTEL_LOGS_EXPORTER=none OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 \\
         opentelemetry-instrument python examples/capture_agent.py
 
-`STRANDS_TITO_FAMILY=glm-4.6` (any name in strands_tito.families.FAMILIES) runs it on that model family's real chat
-template, stand-in tokenizer and tool parser, e.g. against `strands-tito engine --chat-template glm-4.6`.
+`STRANDS_TITO_FAMILY=glm-4.6` (any name in strands_tito.providers.families.FAMILIES) runs it on that model family's real
+chat template, stand-in tokenizer and tool parser, e.g. against `strands-tito engine --chat-template glm-4.6`.
 
 `--app-telemetry ENDPOINT` plays an application that sets up tracing itself, as many do
 (`StrandsTelemetry().setup_otlp_exporter(endpoint=...)`): capture then attaches to that tracer provider instead of
@@ -22,7 +22,7 @@ import os
 from strands import Agent, tool
 
 from strands_tito import SGLangModel
-from strands_tito.families import FAMILIES, family_tokenizer
+from strands_tito.providers.families import FAMILIES, family_tokenizer
 from strands_tito.tokenizers import build_qwen3_tokenizer
 
 

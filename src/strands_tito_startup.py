@@ -13,10 +13,10 @@ before ``opentelemetry-instrument`` configures anything). This module therefore 
   (``StrandsTelemetry()``) or by ``opentelemetry-instrument``'s configurator, carries them. ``AGL_KEY`` is never read.
 * ``STRANDS_TITO_CAPTURE`` asks for capture (``1``; also ``otlp``, ``jsonl:PATH``, comma-separated; exported over
   OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, assembled into ``STRANDS_TITO_OUTPUT`` when set): only then does it
-  import strands_tito (which pulls in transformers) and hand over to :func:`strands_tito.instrument.start_up`, which
-  checks the settings, exits the process at once if they would lose data, and attaches capture lazily.
+  import strands_tito (which pulls in transformers) and hand over to :func:`strands_tito.capture.switch_on.start_up`,
+  which checks the settings, exits the process at once if they would lose data, and attaches capture lazily.
 
-``python -S`` (no ``site``) skips it; ``strands_tito.instrument.start_up()`` does the same from code.
+``python -S`` (no ``site``) skips it; ``strands_tito.capture.switch_on.start_up()`` does the same from code.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def main(environ: MutableMapping[str, str] | None = None) -> None:
     if env.get("AGL_EVENT_URL"):
         add_agentlightning_resource(env)
     if env.get(ENV_CAPTURE, "").strip():
-        from strands_tito.instrument import start_up
+        from strands_tito.capture.switch_on import start_up
 
         start_up()
 

@@ -8,7 +8,7 @@ import pytest
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import SGLangClient, SGLangModel, VLLMClient, VLLMModel
-from strands_tito.token_model import TokenModel
+from strands_tito.providers.token_model import TokenModel
 
 
 def build(kind: str, tokenizer: PreTrainedTokenizerBase, **config: object) -> TokenModel:

@@ -52,7 +52,7 @@ def test_the_hierarchy_is_drawn_in_the_module_docs() -> None:
 
 
 def test_vllm_errors_derive_from_backend_neutral_classes_only() -> None:
-    from strands_tito import vllm
+    from strands_tito.providers import vllm
 
     for cls in (vllm.VLLMResponseError, vllm.VLLMAbortedError, vllm.VLLMEndpointError):
         assert not [base.__name__ for base in cls.__mro__ if base.__name__.startswith("SGLang")], cls

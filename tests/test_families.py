@@ -2,7 +2,7 @@
 
 Only Qwen's vocabulary can be had offline, so every non-Qwen family runs on a stand-in tokenizer: the real Qwen3
 vocabulary plus the family's special tokens as single tokens, with the family's real template
-(:func:`strands_tito.families.family_tokenizer`). The template logic and the special-token boundaries are the
+(:func:`strands_tito.providers.families.family_tokenizer`). The template logic and the special-token boundaries are the
 family's; only the ids of ordinary text differ.
 
 The engine's replies are the family's canonical output, cut from the real template's own rendering of the structured
@@ -20,10 +20,10 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito import get_tool_parser
 from strands_tito.engine import Reply, Script
-from strands_tito.families import FAMILIES, Family, family_tokenizer
-from strands_tito.prompt import PromptEncoder, format_tool_specs, tools_system_text
-from strands_tito.rendering import render_chat_template, render_mutable
-from strands_tito.tool_parsers import TOOL_PARSERS
+from strands_tito.providers.families import FAMILIES, Family, family_tokenizer
+from strands_tito.providers.prompt import PromptEncoder, format_tool_specs, tools_system_text
+from strands_tito.providers.rendering import render_chat_template, render_mutable
+from strands_tito.providers.tool_parsers import TOOL_PARSERS
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
 from .tools import calculator

@@ -114,7 +114,7 @@ def test_a_column_dropped_from_one_side_is_caught(tmp_path: Path, monkeypatch: p
 
 def test_one_capture_switch_and_one_set_of_agentlightning_keys() -> None:
     import strands_tito_startup as startup
-    from strands_tito import capture
+    from strands_tito.capture import recorder as capture
     from strands_tito.exporters import agentlightning
 
     assert startup.ENV_CAPTURE == capture.ENV_CAPTURE == records.ENV_CAPTURE

@@ -13,7 +13,7 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito import SGLangModel
 from strands_tito.engine import Reply, Script
-from strands_tito.tool_parsers import (
+from strands_tito.providers.tool_parsers import (
     TOOL_PARSER_REGISTRY,
     TOOL_PARSERS,
     GLMToolParser,
@@ -162,7 +162,7 @@ def test_each_format_is_foreign_to_every_other_parser(own: str) -> None:
 
 def test_foreign_markup_warns_once_per_format(caplog: pytest.LogCaptureFixture) -> None:
     parser = get_tool_parser("hermes")
-    with caplog.at_level(logging.WARNING, logger="strands_tito.tool_parsers.detect"):
+    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.tool_parsers.detect"):
         assert warn_foreign_markup(parser, G_OK) == ["glm"]
         assert warn_foreign_markup(parser, G_OK) == []
         assert warn_foreign_markup(parser, "plain answer") == []
@@ -178,7 +178,7 @@ async def test_the_model_warns_about_foreign_markup_in_its_output(
     kimi = "Let me compute. " + KB + K_CALL + KE  # not hermes markup: a plain answer for this model
     engine = start_engine(Script(turns=[Reply(text=kimi), Reply(text=kimi)]))
     model = make_model(engine, qwen3)
-    with caplog.at_level(logging.WARNING, logger="strands_tito.tool_parsers.detect"):
+    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.tool_parsers.detect"):
         agent = make_agent(model, [calculator])
         await agent.invoke_async("Go")
         await agent.invoke_async("Again")

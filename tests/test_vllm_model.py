@@ -55,9 +55,9 @@ from strands_tito import (
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.engine import EngineRecord, Fault, LocalEngine, Reply, Script
 from strands_tito.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
-from strands_tito.families import FAMILIES, family_tokenizer
-from strands_tito.prompt import format_tool_specs
-from strands_tito.rendering import render_chat_template
+from strands_tito.providers.families import FAMILIES, family_tokenizer
+from strands_tito.providers.prompt import format_tool_specs
+from strands_tito.providers.rendering import render_chat_template
 from strands_tito.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
 
@@ -127,7 +127,7 @@ async def test_auto_falls_back_to_completions_once_when_scale_out_is_off(start_e
     engine = start_engine(Script(turns=[Reply(text=hermes_call("calculator", expression="2 + 2")), Reply(text="4")]))
     engine.vllm.scale_out = False
     model = make_vllm(engine, qwen3)
-    with caplog.at_level(logging.WARNING, logger="strands_tito.vllm"):
+    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.vllm"):
         await make_agent(model, [calculator]).invoke_async("2 + 2?")
     refused = [r for r in engine.records if r.path == GENERATE]
     assert [r.status for r in refused] == [403]

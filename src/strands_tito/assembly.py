@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from .spans import CallSpan, Decoded, EndSpan, RewardSpan, SpanRef, TurnSpan
-from .trajectory import FinishReason, Trajectory, TrajectoryError, pack_int32
+from strands_tito.spans import CallSpan, Decoded, EndSpan, RewardSpan, SpanRef, TurnSpan
+from strands_tito.trajectory import FinishReason, Trajectory, TrajectoryError, pack_int32
 
 logger = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from .errors import StrandsTitoError
-from .tokenizers import default_cache_root
+from strands_tito.errors import StrandsTitoError
+from strands_tito.tokenizers import default_cache_root
 
 __all__ = ["LLAMA_CPP_PYTHON_VERSION", "TemplateFetchError", "real_chat_template", "real_templates_dir"]
 

@@ -20,19 +20,19 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command, rest = (args[0], args[1:]) if args else ("", [])
     if command == "demo":
-        from .demo import main as demo_main
+        from strands_tito.demo import main as demo_main
 
         return demo_main(rest)
     if command == "inspect":
-        from .viewer import inspect_main
+        from strands_tito.viewer import inspect_main
 
         return inspect_main(rest)
     if command == "collect":
-        from .collector.cli import collect_main
+        from strands_tito.collector.cli import collect_main
 
         return collect_main(rest)
     if command == "engine":
-        from .engine.cli import engine_main
+        from strands_tito.engine.cli import engine_main
 
         return engine_main(rest)
     print(USAGE, file=sys.stderr if command not in ("-h", "--help") else sys.stdout)

@@ -5,8 +5,8 @@ environment variables only -> OTLP -> the collector -> trajectories written to J
 token against what the engine received and produced.
 
 ``strands-tito demo --chat-template FAMILY`` runs the same path on a model family's real template and stand-in
-tokenizer (:mod:`strands_tito.families`): the engine serves as ``strands-tito engine --chat-template FAMILY`` does,
-and replies what that family's model writes (cut from its template's own rendering of the call and the answer).
+tokenizer (:mod:`strands_tito.providers.families`): the engine serves as ``strands-tito engine --chat-template FAMILY``
+does, and replies what that family's model writes (cut from its template's own rendering of the call and the answer).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from .collector import Collector, CollectorConfig
-from .engine import LocalEngine, Reply, Script
-from .families import FAMILIES, family, family_tokenizer, template_defaults
-from .rendering import render_chat_template
-from .tokenizers import build_qwen3_tokenizer
-from .viewer import Decoder, render_text
+from strands_tito.collector import Collector, CollectorConfig
+from strands_tito.engine import LocalEngine, Reply, Script
+from strands_tito.providers.families import FAMILIES, family, family_tokenizer, template_defaults
+from strands_tito.providers.rendering import render_chat_template
+from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.viewer import Decoder, render_text
 
 AGENT = Path(__file__).resolve().parents[2] / "examples" / "capture_agent.py"
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 25, "b": 17}}\n</tool_call>'

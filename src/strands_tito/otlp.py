@@ -13,7 +13,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from .errors import StrandsTitoError
+from strands_tito.errors import StrandsTitoError
 
 
 class OTLPDecodeError(StrandsTitoError, ValueError):

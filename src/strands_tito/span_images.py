@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .errors import StrandsTitoError
+from strands_tito.errors import StrandsTitoError
 
 __all__ = [
     "DEFAULT_MAX_IMAGE_BYTES",

@@ -15,10 +15,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .errors import StrandsTitoError
-from .records import CALL_FIELDS
-from .span_images import ImageSchemaError, SpanImage, decode_images
-from .trajectory import pack_int32
+from strands_tito.errors import StrandsTitoError
+from strands_tito.records import CALL_FIELDS
+from strands_tito.span_images import ImageSchemaError, SpanImage, decode_images
+from strands_tito.trajectory import pack_int32
 
 SCHEMA_VERSION = 1
 PREFIX = "tito."

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
-from .errors import StrandsTitoError
+from strands_tito.errors import StrandsTitoError
 
 FinishReason = Literal["stop", "length", "abort"]
 #: What an image of a trajectory must look like: a base64 data URL of an image type (what SGLang's ``image_data``

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .records import record_from_row
+from strands_tito.records import record_from_row
 
 GREEN, DIM, RED, RESET = "\033[32m", "\033[2m", "\033[31m", "\033[0m"
 
@@ -144,7 +144,7 @@ def inspect_main(argv: list[str]) -> int:
     records = [r for r in read_records(a.file) if a.id is None or r.get("trajectory_id") == a.id]
     tokenizer = None
     if a.tokenizer:
-        from .tokenizers import load_tokenizer
+        from strands_tito.tokenizers import load_tokenizer
 
         tokenizer = load_tokenizer(a.tokenizer)
     decode = Decoder(tokenizer)

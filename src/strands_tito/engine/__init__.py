@@ -50,11 +50,11 @@ chat template and returns token ids in vLLM's or SGLang's field names (``LocalEn
   requests until ``/continue_generation`` (mode ``abort`` also aborts pending ones).
 """
 
-from .core import EngineCore
-from .protocol import routed_experts_for, token_logprob
-from .records import EngineRecord
-from .script import DEFAULT_REPLY, Fault, Reply, Script, ScriptFile, Step
-from .server import LocalEngine
+from strands_tito.engine.core import EngineCore
+from strands_tito.engine.protocol import routed_experts_for, token_logprob
+from strands_tito.engine.records import EngineRecord
+from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Script, ScriptFile, Step
+from strands_tito.engine.server import LocalEngine
 
 __all__ = [
     "DEFAULT_REPLY",

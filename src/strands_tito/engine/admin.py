@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from .core import EngineCore
-from .http import AnyResponse, Connection, Request, empty_response, json_response, text_response
-from .records import parse_body
+from strands_tito.engine.core import EngineCore
+from strands_tito.engine.http import AnyResponse, Connection, Request, empty_response, json_response, text_response
+from strands_tito.engine.records import parse_body
 
 __all__ = ["FLUSH_BUSY", "FLUSH_OK", "SGLANG_VERSION", "AdminEndpoints"]
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase
 
-from .script import ScriptFile
+from strands_tito.engine.script import ScriptFile
 
 if TYPE_CHECKING:
-    from ..families import Family
+    from strands_tito.providers.families import Family
 
 __all__ = ["build_parser", "engine_main"]
 
@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FAMILY",
         default=None,
         help="serve a model family on its real chat template with the stand-in tokenizer (Qwen3 vocabulary plus the "
-        "family's special tokens) and its stop tokens, e.g. glm-4.6, llama-3.1 (names in strands_tito.families)",
+        "family's special tokens) and its stop tokens, e.g. glm-4.6, llama-3.1 "
+        "(names in strands_tito.providers.families)",
     )
     parser.add_argument("--script", metavar="FILE.json", help="script file with scripts and a default reply")
     parser.add_argument("--context-length", type=int, default=32768, help="model context length (default: %(default)s)")
@@ -74,11 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _tokenizer(name: str, spec: Family | None) -> tuple[PreTrainedTokenizerBase, list[int] | None]:
     """The tokenizer to serve and its stop ids (None: the tokenizer's eos)."""
     if spec is not None:
-        from ..families import family_tokenizer
+        from strands_tito.providers.families import family_tokenizer
 
         tokenizer = family_tokenizer(spec.name)
         return tokenizer, [tokenizer.convert_tokens_to_ids(t) for t in spec.stop_tokens]  # type: ignore[misc]
-    from ..tokenizers import load_tokenizer
+    from strands_tito.tokenizers import load_tokenizer
 
     return load_tokenizer(name), None
 
@@ -87,7 +88,7 @@ def engine_main(argv: list[str] | None = None) -> int:
     """Run the engine until SIGINT/SIGTERM; prints ``strands-tito engine listening on http://HOST:PORT`` when ready."""
     args = build_parser().parse_args(argv)
 
-    from .server import LocalEngine
+    from strands_tito.engine.server import LocalEngine
 
     try:
         script_file = ScriptFile.load(args.script) if args.script else ScriptFile()
@@ -96,7 +97,7 @@ def engine_main(argv: list[str] | None = None) -> int:
         return 2
     spec: Family | None = None
     if args.chat_template:
-        from ..families import family
+        from strands_tito.providers.families import family
 
         try:
             spec = family(args.chat_template)

@@ -26,11 +26,11 @@ from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
 
-from .conversations import Conversation, ConversationTracker
-from .http import AnyResponse, Connection, RawResponse
-from .outputs import OutputBuilder
-from .records import DISCONNECTED_STATUS, EngineRecord
-from .script import DEFAULT_REPLY, Fault, Reply, Script, Step
+from strands_tito.engine.conversations import Conversation, ConversationTracker
+from strands_tito.engine.http import AnyResponse, Connection, RawResponse
+from strands_tito.engine.outputs import OutputBuilder
+from strands_tito.engine.records import DISCONNECTED_STATUS, EngineRecord
+from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Script, Step
 
 __all__ = ["EngineCore"]
 

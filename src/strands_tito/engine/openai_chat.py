@@ -47,11 +47,10 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from ..rendering import render_chat_template
-from .conversations import Conversation
-from .core import EngineCore
-from .http import AnyResponse, Connection, Request, json_response
-from .openai_parsing import (
+from strands_tito.engine.conversations import Conversation
+from strands_tito.engine.core import EngineCore
+from strands_tito.engine.http import AnyResponse, Connection, Request, json_response
+from strands_tito.engine.openai_parsing import (
     OPENAI_FLAVORS,
     REASONING_PARSERS,
     SGLANG_STREAM_TOKEN_IDS_MESSAGE,
@@ -65,10 +64,11 @@ from .openai_parsing import (
     parse_reply,
     partial_view,
 )
-from .outputs import Outcome
-from .protocol import finish_abort, http_fault_body, token_logprob
-from .records import NO_SCRIPT_MESSAGE, SSE_DONE, EngineRecord, new_record, sse_event, sse_stream
-from .script import Reply, Step
+from strands_tito.engine.outputs import Outcome
+from strands_tito.engine.protocol import finish_abort, http_fault_body, token_logprob
+from strands_tito.engine.records import NO_SCRIPT_MESSAGE, SSE_DONE, EngineRecord, new_record, sse_event, sse_stream
+from strands_tito.engine.script import Reply, Step
+from strands_tito.providers.rendering import render_chat_template
 
 __all__ = [
     "OPENAI_FLAVORS",

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
-from ..tool_parsers import HermesToolParser
-from .protocol import SamplingParams
+from strands_tito.engine.protocol import SamplingParams
+from strands_tito.providers.tool_parsers import HermesToolParser
 
 __all__ = [
     "OPENAI_FLAVORS",

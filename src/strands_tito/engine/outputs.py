@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from .protocol import (
+from strands_tito.engine.protocol import (
     GenerateRequest,
     SamplingParams,
     encode_routed_experts,
@@ -23,7 +23,7 @@ from .protocol import (
     routed_experts_for,
     token_logprob,
 )
-from .script import MalformedKind, Reply
+from strands_tito.engine.script import MalformedKind, Reply
 
 __all__ = ["Outcome", "OutputBuilder"]
 

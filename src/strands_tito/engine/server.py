@@ -21,15 +21,23 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from .admin import AdminEndpoints
-from .core import EngineCore
-from .http import DEFAULT_MAX_BODY, AnyResponse, Connection, HttpServer, Request, Response, json_response
-from .images import DEFAULT_IMAGE_TOKEN
-from .openai_chat import ChatCompletions, OpenAIFlavor
-from .records import EngineRecord, parse_body, parse_response_body
-from .script import DEFAULT_REPLY, Reply, Script, ScriptFile
-from .sglang_api import GenerateEndpoint
-from .vllm_api import VLLMEndpoints
+from strands_tito.engine.admin import AdminEndpoints
+from strands_tito.engine.core import EngineCore
+from strands_tito.engine.http import (
+    DEFAULT_MAX_BODY,
+    AnyResponse,
+    Connection,
+    HttpServer,
+    Request,
+    Response,
+    json_response,
+)
+from strands_tito.engine.images import DEFAULT_IMAGE_TOKEN
+from strands_tito.engine.openai_chat import ChatCompletions, OpenAIFlavor
+from strands_tito.engine.records import EngineRecord, parse_body, parse_response_body
+from strands_tito.engine.script import DEFAULT_REPLY, Reply, Script, ScriptFile
+from strands_tito.engine.sglang_api import GenerateEndpoint
+from strands_tito.engine.vllm_api import VLLMEndpoints
 
 __all__ = ["EngineRecord", "LocalEngine"]
 

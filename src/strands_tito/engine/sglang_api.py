@@ -12,12 +12,12 @@ import json
 import logging
 from typing import Any
 
-from .conversations import Conversation
-from .core import EngineCore
-from .http import AnyResponse, Connection, RawResponse, Request, Response, json_response
-from .images import check_image_data
-from .outputs import Outcome
-from .protocol import (
+from strands_tito.engine.conversations import Conversation
+from strands_tito.engine.core import EngineCore
+from strands_tito.engine.http import AnyResponse, Connection, RawResponse, Request, Response, json_response
+from strands_tito.engine.images import check_image_data
+from strands_tito.engine.outputs import Outcome
+from strands_tito.engine.protocol import (
     DEFAULT_MAX_NEW_TOKENS,
     GenerateRequest,
     ProtocolError,
@@ -35,7 +35,7 @@ from .protocol import (
     value_error,
     verify_sampling_params,
 )
-from .records import (
+from strands_tito.engine.records import (
     NO_SCRIPT_MESSAGE,
     NON_JSON_BODY,
     SSE_DONE,
@@ -45,7 +45,7 @@ from .records import (
     sse_stream,
     truncated_json,
 )
-from .script import DEFAULT_REPLY, Fault, Reply, Step
+from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Step
 
 __all__ = ["GenerateEndpoint", "parse_generate_body"]
 

@@ -32,13 +32,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from .conversations import Conversation
-from .core import EngineCore
-from .http import AnyResponse, Connection, Request, Response, json_response
-from .outputs import Outcome
-from .protocol import SamplingParams, finish_abort, token_logprob
-from .records import NO_SCRIPT_MESSAGE, NON_JSON_BODY, EngineRecord, new_record, truncated_json
-from .script import Fault, Reply, Step
+from strands_tito.engine.conversations import Conversation
+from strands_tito.engine.core import EngineCore
+from strands_tito.engine.http import AnyResponse, Connection, Request, Response, json_response
+from strands_tito.engine.outputs import Outcome
+from strands_tito.engine.protocol import SamplingParams, finish_abort, token_logprob
+from strands_tito.engine.records import NO_SCRIPT_MESSAGE, NON_JSON_BODY, EngineRecord, new_record, truncated_json
+from strands_tito.engine.script import Fault, Reply, Step
 
 __all__ = [
     "COMPLETIONS_PATH",

@@ -20,8 +20,7 @@ from typing import Any, Self
 import httpx
 import orjson
 
-from .connection_pool import ConnectionPool, HTTPReply, HTTPTransportError
-from .errors import (
+from strands_tito.errors import (
     ContextLengthError,
     GenerationError,
     ReplyDecodingError,
@@ -30,6 +29,7 @@ from .errors import (
     ServerHTTPError,
     ThrottledError,
 )
+from strands_tito.providers.connection_pool import ConnectionPool, HTTPReply, HTTPTransportError
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,8 @@ class TokenClient:
     """Async client for one inference server with pooling, retries, an overall deadline and cancellation.
 
     The transport (:meth:`request_json`) serves every backend; :meth:`generate`, :meth:`model_info` and
-    :meth:`is_multimodal` speak SGLang's native API. :class:`~strands_tito.vllm.VLLMClient` adds vLLM's endpoints.
-    ``SGLangClient`` is this class's documented name for SGLang users (one class, two names).
+    :meth:`is_multimodal` speak SGLang's native API. :class:`~strands_tito.providers.vllm.VLLMClient` adds vLLM's
+    endpoints. ``SGLangClient`` is this class's documented name for SGLang users (one class, two names).
 
     Args:
         base_url: Server root, e.g. ``http://127.0.0.1:30000``.

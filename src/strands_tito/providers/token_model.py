@@ -8,8 +8,8 @@ current span for trace capture, and maps server failures to Strands' exceptions.
 
 A provider subclass only says how one generation request is sent and how its reply is validated:
 :meth:`TokenModel._generate` takes a :class:`GenerationRequest` and returns a checked :class:`Generation` (or raises).
-:class:`~strands_tito.sglang.SGLangModel` does it with SGLang's ``/generate``, :class:`~strands_tito.vllm.VLLMModel`
-with vLLM's ``/inference/v1/generate`` or ``/v1/completions``.
+:class:`~strands_tito.providers.sglang.SGLangModel` does it with SGLang's ``/generate``,
+:class:`~strands_tito.providers.vllm.VLLMModel` with vLLM's ``/inference/v1/generate`` or ``/v1/completions``.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-from .capture import AgentState, end_trajectory, record_turn
-from .client import TokenClient
-from .errors import ContextLengthError, GenerationError, RequestCancelledError, ThrottledError
-from .prompt import PromptEncoder
-from .reasoning import split_harmony, split_reasoning
-from .tool_parsers import (
+from strands_tito.capture.recorder import AgentState, end_trajectory, record_turn
+from strands_tito.errors import ContextLengthError, GenerationError, RequestCancelledError, ThrottledError
+from strands_tito.providers.client import TokenClient
+from strands_tito.providers.prompt import PromptEncoder
+from strands_tito.providers.reasoning import split_harmony, split_reasoning
+from strands_tito.providers.tool_parsers import (
     HermesToolParser,
     ToolCall,
     ToolParser,
@@ -50,7 +50,7 @@ from .tool_parsers import (
     get_tool_parser,
     warn_foreign_markup,
 )
-from .trajectory import FinishReason, Trajectory, TrajectoryError
+from strands_tito.trajectory import FinishReason, Trajectory, TrajectoryError
 
 __all__ = [
     "INVALID_TOOL_NAME",

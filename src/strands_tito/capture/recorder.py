@@ -7,7 +7,7 @@ last turn.
 
 Capture is on whenever a recording span is current (set ``STRANDS_TITO_CAPTURE=0`` to keep token data off spans).
 Getting spans *out* of the process is switched on by environment variables, no code change (see
-:func:`strands_tito.instrument.enable_from_env` and ``docs/span-schema.md``).
+:func:`strands_tito.capture.switch_on.enable_from_env` and ``docs/span-schema.md``).
 """
 
 from __future__ import annotations
@@ -27,15 +27,15 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
-from . import spans
-from .assembly import TrajectoryAssembler, TrajectoryRecord
-from .errors import StrandsTitoError
-from .records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
-from .records import AGL_ROLLOUT_ID as AGL_ROLLOUT_ID
-from .records import ENV_CAPTURE as ENV_CAPTURE
-from .records import agentlightning_identity_of, capture_off, jsonl_bytes
-from .span_images import encode_images, max_image_bytes
-from .trajectory import Trajectory, Turn
+from strands_tito import spans
+from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
+from strands_tito.errors import StrandsTitoError
+from strands_tito.records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
+from strands_tito.records import AGL_ROLLOUT_ID as AGL_ROLLOUT_ID
+from strands_tito.records import ENV_CAPTURE as ENV_CAPTURE
+from strands_tito.records import agentlightning_identity_of, capture_off, jsonl_bytes
+from strands_tito.span_images import encode_images, max_image_bytes
+from strands_tito.trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ _lock = threading.Lock()
 
 
 class CallSequence(Protocol):
-    """A trajectory recorded call by call (a stock OpenAI-compatible provider; see :mod:`strands_tito.openai_capture`).
+    """A trajectory recorded call by call (a stock OpenAI-compatible provider; see :mod:`strands_tito.capture.openai`).
 
     Its end signal carries :meth:`end_totals` with ``tito.end.unit = "calls"``.
     """

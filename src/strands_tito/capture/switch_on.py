@@ -10,15 +10,15 @@ Two ways in, one mechanism:
 * ``STRANDS_TITO_CAPTURE`` (read at interpreter start by ``strands_tito_startup``, from the ``.pth`` file the package
   installs): ``otlp`` (or ``1``) exports spans with the OTLP exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables
   configure; ``jsonl:PATH`` writes reassembled trajectories to ``PATH`` in the process
-  (:class:`~strands_tito.capture.TrajectorySpanProcessor`); both may be given, comma-separated.
+  (:class:`~strands_tito.capture.recorder.TrajectorySpanProcessor`); both may be given, comma-separated.
 
 Neither replaces a tracer provider the application makes itself (``StrandsTelemetry()``): no provider is installed at
 interpreter start. When Strands first creates its tracer (the first ``Agent``, ``Swarm`` or ``Graph``), capture
 attaches its span processors to the global SDK provider if there is one by then, and installs one otherwise. The
 application's own exporters keep receiving their spans; strands-tito's go where ``STRANDS_TITO_CAPTURE`` says.
 
-At exit :func:`~strands_tito.capture.shutdown_capture` ends every open trajectory and flushes; it is registered with
-``atexit`` right after the provider it flushes exists, so (last in, first out) it runs before that provider's own
+At exit :func:`~strands_tito.capture.recorder.shutdown_capture` ends every open trajectory and flushes; it is registered
+with ``atexit`` right after the provider it flushes exists, so (last in, first out) it runs before that provider's own
 shutdown. Settings that would lose data (span limits, an unknown value, an unsupported protocol) stop the process at
 start-up with a message naming the variable to change.
 """
@@ -44,7 +44,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from .capture import (
+from strands_tito.capture.recorder import (
     ENV_CAPTURE,
     CaptureConfigError,
     TrajectorySpanProcessor,
@@ -54,7 +54,7 @@ from .capture import (
     check_span_limits,
     shutdown_capture,
 )
-from .records import ON_VALUES, capture_off
+from strands_tito.records import ON_VALUES, capture_off
 
 logger = logging.getLogger(__name__)
 
@@ -198,8 +198,8 @@ def otlp_processor() -> SpanProcessor:
     Raises:
         CaptureConfigError: a spool setting is not a positive integer, or the spool directory cannot be used.
     """
-    from .spool import Spool, default_spool_root, spool_key
-    from .spool_processor import (
+    from strands_tito.capture.spool import Spool, default_spool_root, spool_key
+    from strands_tito.capture.spool_processor import (
         DEFAULT_MAX_BYTES,
         DEFAULT_QUEUE_BYTES,
         DEFAULT_QUEUE_SPANS,
@@ -259,7 +259,7 @@ class _Switch:
             otlp_protocol()
         keep_content_off_spans()
         # Stock agents too: Strands' OpenAIModel against vLLM/SGLang records each call's token ids.
-        from .openai_capture import instrument_openai_model
+        from strands_tito.capture.openai import instrument_openai_model
 
         instrument_openai_model()
         with self.lock:

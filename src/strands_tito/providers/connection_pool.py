@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
-from .errors import StrandsTitoError
+from strands_tito.errors import StrandsTitoError
 
 
 class HTTPTransportError(StrandsTitoError):

@@ -27,9 +27,9 @@ from strands.types.content import Message, Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-from .errors import StrandsTitoError
-from .families import FAMILIES, template_defaults
-from .rendering import render_chat_template
+from strands_tito.errors import StrandsTitoError
+from strands_tito.providers.families import FAMILIES, template_defaults
+from strands_tito.providers.rendering import render_chat_template
 
 # The stand-in messages before the assistant message the new messages follow: templates that need a user query
 # before tool messages, or look at the previous message's role, then render the new messages as in a real
@@ -218,7 +218,7 @@ class PromptEncoder:
     Args:
         tokenizer: A Hugging Face tokenizer with a chat template.
         enable_thinking: Passed to the template (Qwen3, GLM, DeepSeek-V3.1 ...); None leaves the template's default,
-            or the family's (:func:`strands_tito.families.template_defaults`: QwQ is rendered with ``True``).
+            or the family's (:func:`strands_tito.providers.families.template_defaults`: QwQ is rendered with ``True``).
         end_tokens: Tokens that end an assistant turn (the model's stop tokens and the template's end-of-turn
             tokens). Default: the tokenizer's eos token, the token the template closes an assistant message with,
             and those of :data:`KNOWN_END_TOKENS` the tokenizer has as added tokens.

@@ -1,7 +1,8 @@
 """`SGLangModel`: a token-in/token-out Strands model provider over SGLang's native ``/generate``.
 
 The provider-independent machinery (per-agent trajectories, prompts, tool parsing, limits, capture, error mapping)
-is :class:`~strands_tito.token_model.TokenModel`; this module only sends ``/generate`` and validates its reply.
+is :class:`~strands_tito.providers.token_model.TokenModel`; this module only sends ``/generate`` and validates its
+reply.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any, ClassVar, cast
 from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
-from .client import SGLangClient, TokenClient
-from .reply_checks import is_token_id_list, triple_logprobs
-from .token_model import (
+from strands_tito.providers.client import SGLangClient, TokenClient
+from strands_tito.providers.reply_checks import is_token_id_list, triple_logprobs
+from strands_tito.providers.token_model import (
     INVALID_TOOL_NAME,
     STATE_KEY,
     Generation,
@@ -27,8 +28,8 @@ from .token_model import (
     TokenModel,
     TokenResponseError,
 )
-from .tool_parsers import ToolParser
-from .trajectory import FinishReason
+from strands_tito.providers.tool_parsers import ToolParser
+from strands_tito.trajectory import FinishReason
 
 __all__ = [
     "INVALID_TOOL_NAME",
@@ -86,7 +87,7 @@ class SGLangModel(TokenModel):
         client: An :class:`SGLangClient`; shared clients pool connections across models.
         base_url: Server URL, used to create a client when ``client`` is not given.
         tool_parser: How tool calls are read from output text: a parser, a registry name, or ``"auto"`` (the
-            default: chosen from the tokenizer's chat template, see ``strands_tito.tool_parsers``).
+            default: chosen from the tokenizer's chat template, see ``strands_tito.providers.tool_parsers``).
         **config: :class:`SGLangConfig` keys.
     """
 

@@ -17,8 +17,8 @@ from typing import Any, Final
 from tokenizers import AddedToken
 from transformers import PreTrainedTokenizerFast
 
-from .chat_templates import real_chat_template
-from .tokenizers import build_qwen3_tokenizer
+from strands_tito.chat_templates import real_chat_template
+from strands_tito.tokenizers import build_qwen3_tokenizer
 
 __all__ = ["FAMILIES", "Family", "family", "family_tokenizer", "template_defaults"]
 
@@ -124,7 +124,8 @@ FAMILIES: Final[dict[str, Family]] = {
             special_tokens=_GLM_TOKENS, thinking=True,
             differences=(f"{_DROPS_REASONING} (the template writes their <think>R</think> as a bare </think>)",),
         ),
-        # The llama.cpp copies of Kimi-K2-Instruct/-Thinking change lists: rendered as in strands_tito.rendering.
+        # The llama.cpp copies of Kimi-K2-Instruct/-Thinking change lists: rendered as in
+        # strands_tito.providers.rendering.
         Family("kimi-k2", "Kimi-K2-Instruct", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
         Family("kimi-k2-0711", "moonshotai-Kimi-K2", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
         Family(

@@ -6,14 +6,14 @@
 
 * ``on_end`` puts a span on a bounded in-memory queue and returns (no I/O while the collector keeps up);
 * one sender thread exports batches with the configured OTLP exporter. A batch the exporter gives up on (collector
-  down, paused, refusing) is appended to the disk spool (:mod:`strands_tito.spool`); when the queue passes its high
-  water mark (the sender is stuck in a slow export), ``on_end`` moves the oldest spans there itself;
+  down, paused, refusing) is appended to the disk spool (:mod:`strands_tito.capture.spool`); when the queue passes its
+  high water mark (the sender is stuck in a slow export), ``on_end`` moves the oldest spans there itself;
 * while the spool holds records the sender resends them, oldest first, with backoff, before anything newer;
 * a span is refused only past the hard limit on undelivered bytes (memory and disk together,
   ``STRANDS_TITO_SPOOL_MAX_BYTES``). End signals and rewards have a reserve on top, so that only turn and call spans
-  are ever dropped; each drop is counted for its trajectory (:func:`strands_tito.capture.note_dropped`), reported
-  once per trajectory on stderr, and carried by the trajectory's end signal, so the collector's record says exactly
-  which turns are missing;
+  are ever dropped; each drop is counted for its trajectory (:func:`strands_tito.capture.recorder.note_dropped`),
+  reported once per trajectory on stderr, and carried by the trajectory's end signal, so the collector's record says
+  exactly which turns are missing;
 * ``force_flush`` waits until everything is acknowledged (so a collector that holds its acknowledgement, as under
   Agent Lightning, still holds the exit) or until its deadline, then writes what is left to the spool and returns;
   ``shutdown`` does the same without waiting. The next process with the same spool key resends it.
@@ -34,9 +34,9 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from . import spans
-from .capture import note_dropped
-from .spool import Spool, SpoolError, decode_request, encode_request
+from strands_tito import spans
+from strands_tito.capture.recorder import note_dropped
+from strands_tito.capture.spool import Spool, SpoolError, decode_request, encode_request
 
 logger = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..errors import StrandsTitoError
-from .base import ToolParser
+from strands_tito.errors import StrandsTitoError
+from strands_tito.providers.tool_parsers.base import ToolParser
 
 __all__ = ["ToolParserDetectionError", "detect_tool_parser", "foreign_markup", "warn_foreign_markup"]
 

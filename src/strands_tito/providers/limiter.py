@@ -10,7 +10,7 @@ from typing import Any
 from strands.hooks import BeforeToolCallEvent, HookProvider, HookRegistry, MessageAddedEvent
 from strands.types.exceptions import EventLoopException
 
-from .errors import StrandsTitoError
+from strands_tito.errors import StrandsTitoError
 
 
 class LoopLimitReachedError(EventLoopException, StrandsTitoError):

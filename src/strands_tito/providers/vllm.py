@@ -13,8 +13,8 @@ vLLM endpoints can do that:
 ``"generate"`` fails with an error naming ``--enable-scale-out`` instead; ``"completions"`` never tries the first.
 
 Everything else (per-agent trajectories, incremental prompts, strict tool parsing, context-window fitting, capture
-on spans, error mapping) is shared with :class:`~strands_tito.sglang.SGLangModel` through
-:class:`~strands_tito.token_model.TokenModel`.
+on spans, error mapping) is shared with :class:`~strands_tito.providers.sglang.SGLangModel` through
+:class:`~strands_tito.providers.token_model.TokenModel`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Any, ClassVar, Literal, cast
 from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
-from .client import TokenClient, _until_cancelled
-from .errors import ContextLengthError, ReplyDecodingError, ServerHTTPError
-from .reply_checks import checked_logprobs, finite_logprobs, keyed_logprobs
-from .token_model import (
+from strands_tito.errors import ContextLengthError, ReplyDecodingError, ServerHTTPError
+from strands_tito.providers.client import TokenClient, _until_cancelled
+from strands_tito.providers.reply_checks import checked_logprobs, finite_logprobs, keyed_logprobs
+from strands_tito.providers.token_model import (
     Generation,
     GenerationRequest,
     ImagesNotSupportedError,
@@ -44,8 +44,8 @@ from .token_model import (
     check_token_ids,
     finite_logprob,
 )
-from .tool_parsers import ToolParser
-from .trajectory import FinishReason
+from strands_tito.providers.tool_parsers import ToolParser
+from strands_tito.trajectory import FinishReason
 
 __all__ = [
     "COMPLETIONS_PATH",
@@ -167,14 +167,14 @@ class VLLMModel(TokenModel):
 
     ``VLLMModel(tokenizer=..., base_url=..., model_id=..., tool_parser=..., sampling_params=...)``, or with
     ``client=`` a shared :class:`VLLMClient`. The same ``trajectory`` / ``trajectory_of`` / ``reset()`` surface,
-    trajectory type and span schema as :class:`~strands_tito.sglang.SGLangModel`.
+    trajectory type and span schema as :class:`~strands_tito.providers.sglang.SGLangModel`.
 
     Args:
         tokenizer: The policy's Hugging Face tokenizer, with its chat template (the one vLLM serves).
         base_url: Server URL (``http://host:8000``), used to create a client when ``client`` is not given.
         model_id: The served model name (see :class:`VLLMConfig`).
         tool_parser: How tool calls are read from output text: a parser, a registry name, or ``"auto"`` (the
-            default: chosen from the tokenizer's chat template, see ``strands_tito.tool_parsers``).
+            default: chosen from the tokenizer's chat template, see ``strands_tito.providers.tool_parsers``).
         sampling_params: vLLM sampling parameters.
         client: A :class:`VLLMClient`; shared clients pool connections across models.
         **config: Other :class:`VLLMConfig` keys.

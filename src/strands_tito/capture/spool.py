@@ -38,8 +38,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace.status import Status, StatusCode
 
-from .errors import StrandsTitoError
-from .otlp import attributes_of
+from strands_tito.errors import StrandsTitoError
+from strands_tito.otlp import attributes_of
 
 logger = logging.getLogger(__name__)
 
