@@ -186,7 +186,8 @@ def build_tito(url: str, tokenizer: Any, max_new_tokens: int, probe: Probe, brea
         return len(trajectory.turns)
 
     if breakdown:
-        from strands_tito import sglang, trajectory
+        from strands_tito import trajectory
+        from strands_tito.providers import sglang
 
         probe.timed_attr(model, "_prompt_ids", "tokenize")
         probe.timed_attr(model, "_context_limit", "context_limit")

@@ -116,7 +116,7 @@ def prepare(workdir: Path, sizes: Sequence[str]) -> tuple[Path, dict[str, Path],
     sys.path.insert(0, str(HERE))
     from _turn_worker import USER_PROMPT, noop
 
-    from strands_tito.prompt import format_tool_specs
+    from strands_tito.providers.prompt import format_tool_specs
     from strands_tito.tokenizers import build_qwen3_tokenizer
 
     tokenizer = build_qwen3_tokenizer()

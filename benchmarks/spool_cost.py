@@ -36,9 +36,9 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from strands_tito import spans as schema
+from strands_tito.capture.spool import Spool
+from strands_tito.capture.spool_processor import SpoolingSpanProcessor
 from strands_tito.otlp import iter_spans, parse_request
-from strands_tito.spool import Spool
-from strands_tito.spool_processor import SpoolingSpanProcessor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import describe

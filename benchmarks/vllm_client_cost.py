@@ -391,7 +391,7 @@ def write_prompts(workdir: Path, sizes: Sequence[str]) -> tuple[dict[str, Path],
 
     from strands import tool
 
-    from strands_tito.prompt import format_tool_specs
+    from strands_tito.providers.prompt import format_tool_specs
     from strands_tito.tokenizers import build_qwen3_tokenizer
 
     @tool

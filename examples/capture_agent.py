@@ -8,6 +8,9 @@ Needs an SGLang server at $SGLANG_URL (or the local stand-in: `strands-tito engi
         OTEL_LOGS_EXPORTER=none OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 \\
         opentelemetry-instrument python examples/capture_agent.py
 
+`STRANDS_TITO_FAMILY=glm-4.6` (any name in strands_tito.providers.families.FAMILIES) runs it on that model family's real
+chat template, stand-in tokenizer and tool parser, e.g. against `strands-tito engine --chat-template glm-4.6`.
+
 `--app-telemetry ENDPOINT` plays an application that sets up tracing itself, as many do
 (`StrandsTelemetry().setup_otlp_exporter(endpoint=...)`): capture then attaches to that tracer provider instead of
 replacing it, and the application's exporter still gets its spans.
@@ -19,6 +22,7 @@ import os
 from strands import Agent, tool
 
 from strands_tito import SGLangModel
+from strands_tito.providers.families import FAMILIES, family_tokenizer
 from strands_tito.tokenizers import build_qwen3_tokenizer
 
 
@@ -36,7 +40,12 @@ if args.app_telemetry:
 
     StrandsTelemetry().setup_otlp_exporter(endpoint=args.app_telemetry)
 
-model = SGLangModel(tokenizer=build_qwen3_tokenizer(), base_url=os.environ["SGLANG_URL"])
+family = os.environ.get("STRANDS_TITO_FAMILY")  # e.g. glm-4.6; unset: Qwen3
+if family:
+    tokenizer, tool_parser = family_tokenizer(family), FAMILIES[family].parser
+else:
+    tokenizer, tool_parser = build_qwen3_tokenizer(), None
+model = SGLangModel(tokenizer=tokenizer, tool_parser=tool_parser, base_url=os.environ["SGLANG_URL"])
 agent = Agent(model=model, tools=[add], callback_handler=None)
 print(agent("What is 25 + 17? Use the add tool."))
 # No reset and no flush: the trajectory's end signal goes out at exit, before the exporters shut down.

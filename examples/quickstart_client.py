@@ -10,7 +10,7 @@ from strands_tools import calculator
 from transformers import AutoTokenizer
 
 from strands_tito import SGLangClient, SGLangModel
-from strands_tito.tool_parsers import get_tool_parser
+from strands_tito.providers.tool_parsers import get_tool_parser
 
 
 async def main():

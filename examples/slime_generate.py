@@ -9,7 +9,7 @@ import logging
 from strands import Agent, tool
 
 from strands_tito import SGLangModel, ToolLimiter, decode_routed_experts, get_client_from_slime_args
-from strands_tito.tool_parsers import HermesToolParser
+from strands_tito.providers.tool_parsers import HermesToolParser
 
 try:
     from slime.rollout.sglang_rollout import GenerateState

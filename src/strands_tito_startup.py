@@ -4,16 +4,19 @@ The package installs ``strands_tito_startup.pth`` into site-packages; Python's `
 ``import strands_tito_startup``, whenever an interpreter of that environment starts (before ``sitecustomize``, so
 before ``opentelemetry-instrument`` configures anything). This module therefore has to be cheap:
 
-* ``STRANDS_TITO_CAPTURE`` unset (or ``0``/``false``/``off``/``no``) and no ``AGL_EVENT_URL``: it imports nothing.
+* ``STRANDS_TITO_CAPTURE`` unset and no ``AGL_EVENT_URL``: it imports nothing.
+* Either set: it imports :mod:`strands_tito.records` (standard library only; the package's ``__init__`` loads
+  nothing else), where the "is capture off?" parse and the Agent Lightning keys are defined once. Capture switched
+  off (``0``/``false``/``off``/``no``): nothing more.
 * ``AGL_EVENT_URL`` set (Agent Lightning's runner) and capture not disabled: it adds the rollout and attempt ids to
   ``OTEL_RESOURCE_ATTRIBUTES`` (stdlib only), so whichever tracer provider is built later, by the application
   (``StrandsTelemetry()``) or by ``opentelemetry-instrument``'s configurator, carries them. ``AGL_KEY`` is never read.
 * ``STRANDS_TITO_CAPTURE`` asks for capture (``1``; also ``otlp``, ``jsonl:PATH``, comma-separated; exported over
   OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set, assembled into ``STRANDS_TITO_OUTPUT`` when set): only then does it
-  import strands_tito (which pulls in transformers) and hand over to :func:`strands_tito.instrument.start_up`, which
-  checks the settings, exits the process at once if they would lose data, and attaches capture lazily.
+  import strands_tito (which pulls in transformers) and hand over to :func:`strands_tito.capture.switch_on.start_up`,
+  which checks the settings, exits the process at once if they would lose data, and attaches capture lazily.
 
-``python -S`` (no ``site``) skips it; ``strands_tito.instrument.start_up()`` does the same from code.
+``python -S`` (no ``site``) skips it; ``strands_tito.capture.switch_on.start_up()`` does the same from code.
 """
 
 from __future__ import annotations
@@ -24,28 +27,14 @@ TYPE_CHECKING = False  # not from typing: this module imports only what it uses
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
 
-ENV_CAPTURE = "STRANDS_TITO_CAPTURE"
-OFF_VALUES = ("0", "false", "off", "no")
-AGL_ROLLOUT_ID = "agentlightning.rollout_id"
-AGL_ATTEMPT_ID = "agentlightning.attempt_id"
-# The same pattern as strands_tito.capture.agentlightning_identity (a test keeps the two equal); repeated here so
-# that an Agent Lightning environment does not import strands_tito into every Python process it starts.
-_AGL_EVENT_URL = r"/rollouts/(?P<rollout>[^/]+)/attempt/(?P<attempt>[^/]+)/events/?$"
-
-
-def capture_disabled(environ: MutableMapping[str, str]) -> bool:
-    """Whether ``STRANDS_TITO_CAPTURE`` is explicitly off."""
-    return environ.get(ENV_CAPTURE, "").strip().lower() in OFF_VALUES
+ENV_CAPTURE = "STRANDS_TITO_CAPTURE"  # strands_tito.records.ENV_CAPTURE (a test keeps the two equal)
 
 
 def agentlightning_identity(environ: MutableMapping[str, str]) -> dict[str, str]:
     """Rollout and attempt ids parsed from ``AGL_EVENT_URL`` (empty when it is unset or does not match)."""
-    import re
+    from strands_tito.records import agentlightning_identity_of
 
-    match = re.search(_AGL_EVENT_URL, environ.get("AGL_EVENT_URL", ""))
-    if match is None:
-        return {}
-    return {AGL_ROLLOUT_ID: match.group("rollout"), AGL_ATTEMPT_ID: match.group("attempt")}
+    return agentlightning_identity_of(environ.get("AGL_EVENT_URL", ""))
 
 
 def add_agentlightning_resource(environ: MutableMapping[str, str]) -> None:
@@ -65,12 +54,16 @@ def add_agentlightning_resource(environ: MutableMapping[str, str]) -> None:
 def main(environ: MutableMapping[str, str] | None = None) -> None:
     """What the ``.pth`` line runs."""
     env = os.environ if environ is None else environ
-    if capture_disabled(env):
+    if not env.get(ENV_CAPTURE, "").strip() and not env.get("AGL_EVENT_URL"):
+        return  # the common case: nothing asked for, nothing imported
+    from strands_tito.records import capture_off
+
+    if capture_off(env.get(ENV_CAPTURE)):
         return
     if env.get("AGL_EVENT_URL"):
         add_agentlightning_resource(env)
     if env.get(ENV_CAPTURE, "").strip():
-        from strands_tito.instrument import start_up
+        from strands_tito.capture.switch_on import start_up
 
         start_up()
 

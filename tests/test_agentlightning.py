@@ -41,7 +41,7 @@ from agentlightning.verl.agl_rollout_manager import AglRolloutManagerBase, Compl
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from strands_tito import capture
+from strands_tito.capture import recorder as capture
 from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.engine import LocalEngine, Reply, Script
 from strands_tito.exporters import JsonlExporter

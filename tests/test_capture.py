@@ -20,8 +20,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import strands_tito
-from strands_tito import capture, spans
+from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
+from strands_tito.capture import recorder as capture
 from strands_tito.engine import Reply, Script
 from strands_tito.otlp import iter_spans, parse_request
 from strands_tito.trajectory import Trajectory

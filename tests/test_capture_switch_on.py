@@ -23,10 +23,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from strands_tito import capture, spans
+from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
+from strands_tito.capture import recorder as capture
+from strands_tito.capture.switch_on import (
+    CONTENT_OFF,
+    ENV_SPAN_CONTENT,
+    CaptureRequest,
+    keep_content_off_spans,
+    parse_capture,
+)
 from strands_tito.engine import EngineRecord, LocalEngine, Reply, Script
-from strands_tito.instrument import CONTENT_OFF, ENV_SPAN_CONTENT, CaptureRequest, keep_content_off_spans, parse_capture
 from strands_tito.otlp import ReceivedSpan, iter_spans, parse_request
 from strands_tito.trajectory import Trajectory
 
@@ -400,7 +407,7 @@ def test_the_pth_hook_is_installed_here_and_in_both_wheels(tmp_path) -> None:  #
     assert "strands_tito_startup.py" in wheel.namelist()
     [entry_points] = [n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
-    assert "[opentelemetry_instrumentor]\nstrands_tito = strands_tito.instrument:TitoInstrumentor" in text
+    assert "[opentelemetry_instrumentor]\nstrands_tito = strands_tito.capture.switch_on:TitoInstrumentor" in text
 
 
 def test_stock_openai_agent_is_captured_by_the_variable(start_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]

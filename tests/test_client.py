@@ -19,8 +19,8 @@ from strands_tito import (
     get_client,
     get_client_from_slime_args,
 )
-from strands_tito.client import SGLangCancelledError, _CancelWatch, _until_cancelled, classify_http_error
 from strands_tito.engine import Fault, LocalEngine, Reply, Script
+from strands_tito.providers.client import SGLangCancelledError, _CancelWatch, _until_cancelled, classify_http_error
 
 from .conftest import fast_client
 

@@ -2,7 +2,7 @@
 
 Only Qwen's vocabulary can be had offline, so every non-Qwen family runs on a stand-in tokenizer: the real Qwen3
 vocabulary plus the family's special tokens as single tokens, with the family's real template
-(:func:`strands_tito.families.family_tokenizer`). The template logic and the special-token boundaries are the
+(:func:`strands_tito.providers.families.family_tokenizer`). The template logic and the special-token boundaries are the
 family's; only the ids of ordinary text differ.
 
 The engine's replies are the family's canonical output, cut from the real template's own rendering of the structured
@@ -20,10 +20,10 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito import get_tool_parser
 from strands_tito.engine import Reply, Script
-from strands_tito.families import FAMILIES, Family, family_tokenizer
-from strands_tito.prompt import PromptEncoder, format_tool_specs, tools_system_text
-from strands_tito.rendering import render_chat_template, render_mutable
-from strands_tito.tool_parsers import TOOL_PARSERS
+from strands_tito.providers.families import FAMILIES, Family, family_tokenizer
+from strands_tito.providers.prompt import PromptEncoder, format_tool_specs, tools_system_text
+from strands_tito.providers.rendering import render_chat_template, render_mutable
+from strands_tito.providers.tool_parsers import TOOL_PARSERS
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
 from .tools import calculator
@@ -105,7 +105,10 @@ class Renderer:
     def __init__(self, spec: Family, tokenizer: PreTrainedTokenizerBase, thinking: bool | None) -> None:
         self.spec = spec
         self.tokenizer = tokenizer
-        self.kwargs = {} if thinking is None or spec.always_thinks else {"enable_thinking": thinking}
+        # QwQ's template is rendered with enable_thinking=True by default (families.template_defaults).
+        self.kwargs = (
+            dict(spec.template_kwargs) if thinking is None or spec.always_thinks else {"enable_thinking": thinking}
+        )
         encoder = PromptEncoder(tokenizer, **self.kwargs)  # type: ignore[arg-type]
         tools = format_tool_specs([calculator.tool_spec])
         assert tools is not None
@@ -259,8 +262,8 @@ async def test_family_episode(start_engine, name: str, thinking: bool | None) ->
 QWEN_BLOCK = ("<think>\n{}\n</think>\n\n", "")
 REASONING_REWRITES: dict[str, tuple[str, str]] = {
     "qwen3": QWEN_BLOCK,  # enable_thinking=False: the empty block of the generation prompt, dropped likewise
-    # The llama.cpp QwQ copy's generation prompt is "<think>\n</think>" unless enable_thinking=True is passed.
-    "qwq": ("<think>\n</think>{}\n</think>\n\n", ""),
+    # enable_thinking=True by default: the generation prompt opens "<think>\n" (not "<think>\n</think>").
+    "qwq": QWEN_BLOCK,
     "qwen3.5": QWEN_BLOCK,
     "minimax-m2": QWEN_BLOCK,
     "glm-4.6": ("<think>{}</think>", "<think></think>"),
@@ -319,3 +322,46 @@ def test_kimi_k2_templates_render_in_a_mutable_sandbox_only() -> None:
     assert "## Return of functions.calculator:0\n425<|im_end|>" in text
     assert PromptEncoder(tokenizer).numbers_calls  # the template numbers calls itself (result headers)
     assert not PromptEncoder(family_tokenizer("kimi-k2-0711")).numbers_calls
+
+
+def test_qwq_generation_prompt_opens_the_think_block() -> None:
+    """QwQ always reasons: its template is rendered with enable_thinking=True unless told otherwise, so the model
+    writes its reasoning after "<think>\n" (the llama.cpp copy would otherwise close the block for it)."""
+    tokenizer = family_tokenizer("qwq")
+    encoder = PromptEncoder(tokenizer)
+    assert encoder.template_kwargs == {"enable_thinking": True}
+    text = str(tokenizer.decode(encoder.first_prompt([{"role": "user", "content": [{"text": USER_1}]}], None, None)))
+    assert text.endswith("<|im_start|>assistant\n<think>\n")
+    assert PromptEncoder(tokenizer, enable_thinking=False).template_kwargs == {"enable_thinking": False}
+    assert PromptEncoder(family_tokenizer("qwen3")).template_kwargs == {}
+
+
+@pytest.mark.parametrize("name", ["gpt-oss", "qwen3"])
+def test_first_prompt_with_earlier_tool_calls_is_structured(name: str) -> None:
+    """A first prompt that already holds assistant tool calls (a restored conversation, few-shot history) written
+    without call markup: the calls are rendered as structured tool_calls with their ids (gpt-oss refuses a tool
+    message without them; a hermes template would otherwise drop them)."""
+    tokenizer = family_tokenizer(name)
+    use = {"toolUseId": "call_7", "name": "calculator", "input": {"expression": "2 + 2"}}
+    result = {"toolUseId": "call_7", "status": "success", "content": [{"text": "4"}]}
+    history: Any = [
+        {"role": "user", "content": [{"text": "What is 2 + 2?"}]},
+        {"role": "assistant", "content": [{"toolUse": use}]},
+        {"role": "user", "content": [{"toolResult": result}]},
+        {"role": "assistant", "content": [{"text": "4."}]},
+        {"role": "user", "content": [{"text": USER_1}]},
+    ]
+    ids = PromptEncoder(tokenizer).first_prompt(history, [calculator.tool_spec], SYSTEM)
+    call = {"id": "call_7", "type": "function", "function": {"name": "calculator", "arguments": use["input"]}}
+    structured_history = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": "What is 2 + 2?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_7", "name": "calculator", "content": "4"},
+        {"role": "assistant", "content": "4."},
+        {"role": "user", "content": USER_1},
+    ]
+    tools = format_tool_specs([calculator.tool_spec])
+    want = render_chat_template(tokenizer, structured_history, tools=tools, add_generation_prompt=True)
+    assert str(tokenizer.decode(ids, skip_special_tokens=False)) == want
+    assert '"expression": "2 + 2"' in want or "2 + 2" in want.split("What is 2 + 2?")[1]

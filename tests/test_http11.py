@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from strands_tito.http11 import ConnectionPool, HTTPTimeout, HTTPTransportError
+from strands_tito.providers.connection_pool import ConnectionPool, HTTPTimeout, HTTPTransportError
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -21,10 +21,10 @@ import openai
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from strands.models.openai import OpenAIModel
 
-from strands_tito import capture, spans
+from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
-from strands_tito.engine import EngineRecord, LocalEngine, Reply, Script
-from strands_tito.openai_capture import (
+from strands_tito.capture import recorder as capture
+from strands_tito.capture.openai import (
     ENV_FLAVOR,
     call_log_of,
     end_trajectory_of,
@@ -33,6 +33,7 @@ from strands_tito.openai_capture import (
     trajectory_id_of,
     uninstrument_openai_model,
 )
+from strands_tito.engine import EngineRecord, LocalEngine, Reply, Script
 
 from .conftest import make_agent
 from .test_capture import assemble, from_memory

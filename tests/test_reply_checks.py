@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from strands_tito import vllm
-from strands_tito.reply_checks import finite_logprobs, is_token_id_list, keyed_logprobs, triple_logprobs
-from strands_tito.sglang import SGLangResponseError, _parse_reply
-from strands_tito.token_model import check_token_ids, finite_logprob
-from strands_tito.vllm import VLLMResponseError
+from strands_tito.providers import vllm
+from strands_tito.providers.reply_checks import finite_logprobs, is_token_id_list, keyed_logprobs, triple_logprobs
+from strands_tito.providers.sglang import SGLangResponseError, _parse_reply
+from strands_tito.providers.token_model import check_token_ids, finite_logprob
+from strands_tito.providers.vllm import VLLMResponseError
 
 # -- the per-entry reference (the checks as they were written before they became whole-array passes) --------------
 

@@ -12,11 +12,11 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from strands_tito import capture
 from strands_tito import spans as schema
 from strands_tito.assembly import TrajectoryAssembler
-from strands_tito.spool import Spool, decode_request, encode_request
-from strands_tito.spool_processor import SpoolingSpanProcessor
+from strands_tito.capture import recorder as capture
+from strands_tito.capture.spool import Spool, decode_request, encode_request
+from strands_tito.capture.spool_processor import SpoolingSpanProcessor
 from strands_tito.trajectory import Trajectory
 
 

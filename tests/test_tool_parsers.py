@@ -2,7 +2,7 @@
 
 import pytest
 
-from strands_tito.tool_parsers import HermesToolParser, QwenXMLToolParser, get_tool_parser
+from strands_tito.providers.tool_parsers import HermesToolParser, QwenXMLToolParser, get_tool_parser
 
 CALC_SPEC = {
     "name": "calc",

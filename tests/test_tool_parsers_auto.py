@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -12,7 +13,7 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito import SGLangModel
 from strands_tito.engine import Reply, Script
-from strands_tito.tool_parsers import (
+from strands_tito.providers.tool_parsers import (
     TOOL_PARSER_REGISTRY,
     TOOL_PARSERS,
     GLMToolParser,
@@ -127,7 +128,26 @@ def test_models_choose_their_parser(qwen3: PreTrainedTokenizerBase) -> None:
     model = SGLangModel(tokenizer=qwen3, base_url="http://127.0.0.1:9", tool_parser="glm")
     assert isinstance(model.tool_parser, GLMToolParser)
     with pytest.raises(ToolParserDetectionError):
-        SGLangModel(tokenizer=tokenizer_like("plain chat"), base_url="http://127.0.0.1:9")
+        SGLangModel(tokenizer=tokenizer_like("plain chat"), base_url="http://127.0.0.1:9", tool_parser="auto")
+
+
+PLAIN_CHATML = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+async def test_a_template_without_tool_calls_serves_tool_less_agents(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    # By default an undecidable format only matters once tools are offered: then it fails before anything is sent.
+    tokenizer = copy.deepcopy(qwen3)
+    tokenizer.chat_template = PLAIN_CHATML
+    engine = start_engine(Script(turns=[Reply(text="Paris.")]), tokenizer=tokenizer)
+    model = make_model(engine, tokenizer)
+    assert str(await make_agent(model, system_prompt=None).invoke_async("Capital of France?")).strip() == "Paris."
+    requests = len(engine.records)
+    with pytest.raises(ToolParserDetectionError, match="match none"):
+        await make_agent(make_model(engine, tokenizer), [calculator], system_prompt=None).invoke_async("2 + 2?")
+    assert len(engine.records) == requests
 
 
 @pytest.mark.parametrize("own", sorted(OUTPUTS))
@@ -142,7 +162,7 @@ def test_each_format_is_foreign_to_every_other_parser(own: str) -> None:
 
 def test_foreign_markup_warns_once_per_format(caplog: pytest.LogCaptureFixture) -> None:
     parser = get_tool_parser("hermes")
-    with caplog.at_level(logging.WARNING, logger="strands_tito.tool_parsers.detect"):
+    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.tool_parsers.detect"):
         assert warn_foreign_markup(parser, G_OK) == ["glm"]
         assert warn_foreign_markup(parser, G_OK) == []
         assert warn_foreign_markup(parser, "plain answer") == []
@@ -158,7 +178,7 @@ async def test_the_model_warns_about_foreign_markup_in_its_output(
     kimi = "Let me compute. " + KB + K_CALL + KE  # not hermes markup: a plain answer for this model
     engine = start_engine(Script(turns=[Reply(text=kimi), Reply(text=kimi)]))
     model = make_model(engine, qwen3)
-    with caplog.at_level(logging.WARNING, logger="strands_tito.tool_parsers.detect"):
+    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.tool_parsers.detect"):
         agent = make_agent(model, [calculator])
         await agent.invoke_async("Go")
         await agent.invoke_async("Again")

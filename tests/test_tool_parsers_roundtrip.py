@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito.tool_parsers import get_tool_parser
+from strands_tito.providers.tool_parsers import get_tool_parser
 
 THINK = ("<think>", "</think>")
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from strands_tito.tool_parsers import get_tool_parser
+from strands_tito.providers.tool_parsers import get_tool_parser
 
 SPECS: list[Any] = [
     {

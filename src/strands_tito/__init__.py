@@ -1,12 +1,28 @@
 """strands-tito: token-in/token-out Strands model providers that record training-ready trajectories.
 
+The pipeline, bottom layer first (each layer imports only the ones above it in this list; a test enforces it):
+
+- ``trajectory`` (the one :class:`Trajectory` type), ``spans`` / ``span_images`` (the span schema and codec),
+  ``records`` (the exported record's fields), ``assembly`` (spans -> trajectories, shared by every path), ``errors``;
+- ``capture/``: token data on Strands' spans, switched on by environment variables, delivered without loss;
+- ``providers/``: ``SGLangModel``, ``VLLMModel`` and what they share (client, prompt encoder, tool parsers, limiter);
+- ``collector/`` (``strands-tito collect``) and ``exporters/`` (JSONL, Parquet, Agent Lightning): below the agent
+  side, they load no Strands, transformers or providers;
+- ``engine/``: the local test/dev engine (a scripted SGLang/vLLM stand-in), ``tokenizers`` / ``chat_templates``
+  (offline vocabularies and real chat templates), ``demo``, ``viewer`` (``strands-tito inspect``).
+
 The names below are loaded on first use (PEP 562), so ``import strands_tito.collector`` or ``strands_tito.exporters``
 (which sit below the agent side) does not pull in Strands, transformers or the providers, while
 ``from strands_tito import SGLangModel`` works as always.
 """
 
 import importlib
+import importlib.abc
+import importlib.machinery
 import pkgutil
+import sys
+import types
+import warnings
 from typing import TYPE_CHECKING, Any
 
 # The collector and exporters live in the repository's collector/ and exporters/ folders; in a source checkout
@@ -14,8 +30,18 @@ from typing import TYPE_CHECKING, Any
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 if TYPE_CHECKING:
-    from .capture import record_reward
-    from .client import (
+    from strands_tito.capture.recorder import record_reward
+    from strands_tito.errors import (
+        ContextLengthError,
+        GenerationError,
+        ReplyDecodingError,
+        RequestCancelledError,
+        ServerConnectionError,
+        ServerHTTPError,
+        StrandsTitoError,
+        ThrottledError,
+    )
+    from strands_tito.providers.client import (
         SGLangCancelledError,
         SGLangClient,
         SGLangClientError,
@@ -24,8 +50,9 @@ if TYPE_CHECKING:
         SGLangDecodingError,
         SGLangHTTPError,
         SGLangThrottledError,
+        TokenClient,
     )
-    from .limiter import (
+    from strands_tito.providers.limiter import (
         LoopLimiter,
         LoopLimitReachedError,
         MaxMessagesReachedError,
@@ -34,8 +61,8 @@ if TYPE_CHECKING:
         ToolLimiter,
         ToolLimitReachedError,
     )
-    from .prompt import PromptEncoder, PromptError
-    from .sglang import (
+    from strands_tito.providers.prompt import PromptEncoder, PromptError
+    from strands_tito.providers.sglang import (
         HistoryRewrittenError,
         ImagesNotSupportedError,
         SGLangAbortedError,
@@ -43,58 +70,130 @@ if TYPE_CHECKING:
         SGLangModel,
         SGLangResponseError,
     )
-    from .slime import get_client, get_client_from_slime_args, get_tokenizer
-    from .tool_parsers import HermesToolParser, QwenXMLToolParser, ToolCall, ToolParser, get_tool_parser
-    from .trajectory import Rollout, Segment, Trajectory, TrajectoryError, Turn, decode_routed_experts
-    from .vllm import VLLMAbortedError, VLLMClient, VLLMConfig, VLLMEndpointError, VLLMModel, VLLMResponseError
+    from strands_tito.providers.slime import get_client, get_client_from_slime_args, get_tokenizer
+    from strands_tito.providers.tool_parsers import (
+        HermesToolParser,
+        QwenXMLToolParser,
+        ToolCall,
+        ToolParser,
+        get_tool_parser,
+    )
+    from strands_tito.providers.vllm import (
+        VLLMAbortedError,
+        VLLMClient,
+        VLLMConfig,
+        VLLMEndpointError,
+        VLLMModel,
+        VLLMResponseError,
+    )
+    from strands_tito.trajectory import Rollout, Segment, Trajectory, TrajectoryError, Turn, decode_routed_experts
 
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
-    "record_reward": "capture",
-    "SGLangCancelledError": "client",
-    "SGLangClient": "client",
-    "SGLangClientError": "client",
-    "SGLangConnectionError": "client",
-    "SGLangContextLengthError": "client",
-    "SGLangDecodingError": "client",
-    "SGLangHTTPError": "client",
-    "SGLangThrottledError": "client",
-    "LoopLimitReachedError": "limiter",
-    "LoopLimiter": "limiter",
-    "MaxMessagesReachedError": "limiter",
-    "MaxToolCallsReachedError": "limiter",
-    "MaxToolIterationsReachedError": "limiter",
-    "ToolLimitReachedError": "limiter",
-    "ToolLimiter": "limiter",
-    "PromptEncoder": "prompt",
-    "PromptError": "prompt",
-    "HistoryRewrittenError": "sglang",
-    "ImagesNotSupportedError": "sglang",
-    "SGLangAbortedError": "sglang",
-    "SGLangConfig": "sglang",
-    "SGLangModel": "sglang",
-    "SGLangResponseError": "sglang",
-    "get_client": "slime",
-    "get_client_from_slime_args": "slime",
-    "get_tokenizer": "slime",
-    "HermesToolParser": "tool_parsers",
-    "QwenXMLToolParser": "tool_parsers",
-    "ToolCall": "tool_parsers",
-    "ToolParser": "tool_parsers",
-    "get_tool_parser": "tool_parsers",
+    "record_reward": "capture.recorder",
+    "SGLangCancelledError": "providers.client",
+    "SGLangClient": "providers.client",
+    "SGLangClientError": "providers.client",
+    "SGLangConnectionError": "providers.client",
+    "SGLangContextLengthError": "providers.client",
+    "SGLangDecodingError": "providers.client",
+    "SGLangHTTPError": "providers.client",
+    "SGLangThrottledError": "providers.client",
+    "TokenClient": "providers.client",
+    "ContextLengthError": "errors",
+    "GenerationError": "errors",
+    "ReplyDecodingError": "errors",
+    "RequestCancelledError": "errors",
+    "ServerConnectionError": "errors",
+    "ServerHTTPError": "errors",
+    "StrandsTitoError": "errors",
+    "ThrottledError": "errors",
+    "LoopLimitReachedError": "providers.limiter",
+    "LoopLimiter": "providers.limiter",
+    "MaxMessagesReachedError": "providers.limiter",
+    "MaxToolCallsReachedError": "providers.limiter",
+    "MaxToolIterationsReachedError": "providers.limiter",
+    "ToolLimitReachedError": "providers.limiter",
+    "ToolLimiter": "providers.limiter",
+    "PromptEncoder": "providers.prompt",
+    "PromptError": "providers.prompt",
+    "HistoryRewrittenError": "providers.sglang",
+    "ImagesNotSupportedError": "providers.sglang",
+    "SGLangAbortedError": "providers.sglang",
+    "SGLangConfig": "providers.sglang",
+    "SGLangModel": "providers.sglang",
+    "SGLangResponseError": "providers.sglang",
+    "get_client": "providers.slime",
+    "get_client_from_slime_args": "providers.slime",
+    "get_tokenizer": "providers.slime",
+    "HermesToolParser": "providers.tool_parsers",
+    "QwenXMLToolParser": "providers.tool_parsers",
+    "ToolCall": "providers.tool_parsers",
+    "ToolParser": "providers.tool_parsers",
+    "get_tool_parser": "providers.tool_parsers",
     "Rollout": "trajectory",
     "Segment": "trajectory",
     "Trajectory": "trajectory",
     "TrajectoryError": "trajectory",
     "Turn": "trajectory",
     "decode_routed_experts": "trajectory",
-    "VLLMAbortedError": "vllm",
-    "VLLMClient": "vllm",
-    "VLLMConfig": "vllm",
-    "VLLMEndpointError": "vllm",
-    "VLLMModel": "vllm",
-    "VLLMResponseError": "vllm",
+    "VLLMAbortedError": "providers.vllm",
+    "VLLMClient": "providers.vllm",
+    "VLLMConfig": "providers.vllm",
+    "VLLMEndpointError": "providers.vllm",
+    "VLLMModel": "providers.vllm",
+    "VLLMResponseError": "providers.vllm",
 }
+
+
+#: Modules that moved into the providers/ and capture/ groups: old path -> new path. Old paths keep working (the
+#: same module object) with a DeprecationWarning, except the module paths strands-sglang users import (its own
+#: module names, so switching stays a one-import change): those are permanent and silent.
+_MOVED: dict[str, str] = {
+    **{
+        f"strands_tito.{name}": f"strands_tito.providers.{name}"
+        for name in (
+            "client", "connection_pool", "families", "limiter", "prompt", "reasoning", "rendering", "reply_checks",
+            "sglang", "slime", "token_model", "tool_parsers", "vllm",
+        )
+    },
+    "strands_tito.instrument": "strands_tito.capture.switch_on",
+    "strands_tito.openai_capture": "strands_tito.capture.openai",
+    "strands_tito.spool": "strands_tito.capture.spool",
+    "strands_tito.spool_processor": "strands_tito.capture.spool_processor",
+    "strands_tito.rollout": "strands_tito.trajectory",
+}  # fmt: skip
+_STRANDS_SGLANG_PATHS = frozenset(
+    f"strands_tito.{name}" for name in ("client", "limiter", "rollout", "sglang", "tool_parsers")
+)
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves an old module path (and its submodules) to the module at its new path."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        for old, new in _MOVED.items():
+            if fullname == old or fullname.startswith(old + "."):
+                return importlib.machinery.ModuleSpec(fullname, self, origin=new + fullname[len(old) :])
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        if not any(spec.name == p or spec.name.startswith(p + ".") for p in _STRANDS_SGLANG_PATHS):
+            warnings.warn(
+                f"{spec.name} moved to {spec.origin}; the old path will be removed in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        module = importlib.import_module(str(spec.origin))
+        sys.modules[spec.name] = module
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass  # the module at the new path has run already
+
+
+# First in line: for a submodule of a moved package the path finder would otherwise load a second copy of it.
+sys.meta_path.insert(0, _MovedModuleFinder())
 
 
 def __getattr__(name: str) -> Any:
@@ -111,6 +210,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "ContextLengthError",
+    "GenerationError",
     "HermesToolParser",
     "HistoryRewrittenError",
     "ImagesNotSupportedError",
@@ -122,6 +223,8 @@ __all__ = [
     "PromptEncoder",
     "PromptError",
     "QwenXMLToolParser",
+    "ReplyDecodingError",
+    "RequestCancelledError",
     "Rollout",
     "SGLangAbortedError",
     "SGLangCancelledError",
@@ -136,6 +239,11 @@ __all__ = [
     "SGLangResponseError",
     "SGLangThrottledError",
     "Segment",
+    "ServerConnectionError",
+    "ServerHTTPError",
+    "StrandsTitoError",
+    "ThrottledError",
+    "TokenClient",
     "ToolCall",
     "ToolLimitReachedError",
     "ToolLimiter",

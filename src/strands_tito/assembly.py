@@ -26,33 +26,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from .spans import CallSpan, Decoded, EndSpan, RewardSpan, SpanRef, TurnSpan
-from .trajectory import FinishReason, Trajectory, TrajectoryError, pack_int32
+from strands_tito.spans import CallSpan, Decoded, EndSpan, RewardSpan, SpanRef, TurnSpan
+from strands_tito.trajectory import FinishReason, Trajectory, TrajectoryError, pack_int32
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """One OpenAI-compatible call exactly as the server tokenized and generated it."""
-
-    index: int
-    prompt_ids: list[int]
-    output_ids: list[int]
-    output_logprobs: list[float | None]
-    finish_reason: str
-    request_id: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return {
-            "index": self.index,
-            "prompt_ids": list(self.prompt_ids),
-            "output_ids": list(self.output_ids),
-            "output_logprobs": list(self.output_logprobs),
-            "finish_reason": self.finish_reason,
-            "request_id": self.request_id,
-        }
 
 
 @dataclass(frozen=True)
@@ -95,7 +72,7 @@ class TrajectoryRecord:
     trace_ids: list[str] = field(default_factory=list)
     resource: dict[str, Any] = field(default_factory=dict)
     tool_parse_errors: list[dict[str, str]] = field(default_factory=list)
-    calls: list[CallRecord] = field(default_factory=list)
+    calls: list[CallSpan] = field(default_factory=list)
     """Call trajectories only: every call, in order, exactly as recorded (empty for turn trajectories)."""
     prefix_report: list[PrefixCheck] = field(default_factory=list)
     """Call trajectories only: one check per consecutive pair of calls."""
@@ -111,7 +88,7 @@ class TrajectoryRecord:
         return self.rewards[-1] if self.rewards else None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form: one line of a JSONL export."""
+        """Plain-JSON form: one line of a JSONL export (the fields of :data:`~strands_tito.records.RECORD_FIELDS`)."""
         return {
             "trajectory_id": self.trajectory_id,
             "complete": self.complete,
@@ -218,32 +195,29 @@ class TrajectoryAssembler:
         return []
 
     def _add_turn(self, pending: _Pending, turn: TurnSpan | SpanRef) -> None:
-        known = pending.turns.get(turn.index)
-        if known is not None:
-            if known == turn:
-                self.stats.duplicates += 1
-            else:
-                self.stats.conflicts += 1
-                pending.conflicts.append(f"turn {turn.index} arrived twice with different contents")
-            return
-        if pending.turns and turn.index < max(pending.turns):
-            self.stats.reordered += 1
-        pending.turns[turn.index] = turn
-        self.stats.turns += 1
+        if self._add_indexed(pending, pending.turns, turn, "turn"):
+            self.stats.turns += 1
 
     def _add_call(self, pending: _Pending, call: CallSpan | SpanRef) -> None:
-        known = pending.calls.get(call.index)
+        if self._add_indexed(pending, pending.calls, call, "call"):
+            self.stats.calls += 1
+
+    def _add_indexed(
+        self, pending: _Pending, held: dict[int, Any], span: TurnSpan | CallSpan | SpanRef, what: str
+    ) -> bool:
+        """Keep a turn or call by its index; False for a duplicate (counted) or a conflicting one (noted)."""
+        known = held.get(span.index)
         if known is not None:
-            if known == call:
+            if known == span:
                 self.stats.duplicates += 1
             else:
                 self.stats.conflicts += 1
-                pending.conflicts.append(f"call {call.index} arrived twice with different contents")
-            return
-        if pending.calls and call.index < max(pending.calls):
+                pending.conflicts.append(f"{what} {span.index} arrived twice with different contents")
+            return False
+        if held and span.index < max(held):
             self.stats.reordered += 1
-        pending.calls[call.index] = call
-        self.stats.calls += 1
+        held[span.index] = span
+        return True
 
     def conflict(self, span: Decoded) -> str | None:
         """Why ``span`` contradicts what is already held for its trajectory (a different turn at the same index)."""
@@ -486,12 +460,7 @@ def build_call_record(
         complete=not problems,
         reason="; ".join(problems) or None,
         model_id=next((c.model_id for c in ordered if c.model_id), None),
-        calls=[
-            CallRecord(
-                c.index, list(c.prompt_ids), list(c.output_ids), list(c.output_logprobs), c.finish_reason, c.request_id
-            )
-            for c in ordered
-        ],
+        calls=ordered,
         prefix_report=report,
         prefix_consistent=all(check.shares_prefix for check in report),
         merged_calls=merged,

@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from .tokenizers import default_cache_root
+from strands_tito.errors import StrandsTitoError
+from strands_tito.tokenizers import default_cache_root
 
 __all__ = ["LLAMA_CPP_PYTHON_VERSION", "TemplateFetchError", "real_chat_template", "real_templates_dir"]
 
@@ -30,7 +31,7 @@ LLAMA_CPP_PYTHON_VERSION: Final[str] = "0.3.36"
 _TEMPLATES_IN_SDIST: Final[str] = "vendor/llama.cpp/models/templates/"
 
 
-class TemplateFetchError(RuntimeError):
+class TemplateFetchError(StrandsTitoError, RuntimeError):
     """The real chat templates could not be downloaded or read."""
 
 

@@ -8,7 +8,8 @@ USAGE = """usage: strands-tito COMMAND [ARGS]
 
 commands:
   demo      run an example agent with a tool against the local engine and print the captured trajectory
-  engine    run the local SGLang-protocol engine (strands-tito engine --help)
+            (strands-tito demo --help; --chat-template FAMILY runs it on a model family's real template)
+  engine    run the local test/dev engine, a scripted SGLang/vLLM stand-in (strands-tito engine --help)
   collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
   inspect   show trajectories from a JSONL or Parquet file (strands-tito inspect --help)
 """
@@ -19,19 +20,19 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     command, rest = (args[0], args[1:]) if args else ("", [])
     if command == "demo":
-        from .demo import main as demo_main
+        from strands_tito.demo import main as demo_main
 
-        return demo_main()
+        return demo_main(rest)
     if command == "inspect":
-        from .viewer import inspect_main
+        from strands_tito.viewer import inspect_main
 
         return inspect_main(rest)
     if command == "collect":
-        from .collector.cli import collect_main
+        from strands_tito.collector.cli import collect_main
 
         return collect_main(rest)
     if command == "engine":
-        from .engine.cli import engine_main
+        from strands_tito.engine.cli import engine_main
 
         return engine_main(rest)
     print(USAGE, file=sys.stderr if command not in ("-h", "--help") else sys.stdout)

@@ -3,10 +3,15 @@
 Local SGLang-protocol engine -> an unchanged example agent (``examples/capture_agent.py``), switched on by
 environment variables only -> OTLP -> the collector -> trajectories written to JSONL -> shown, and checked token for
 token against what the engine received and produced.
+
+``strands-tito demo --chat-template FAMILY`` runs the same path on a model family's real template and stand-in
+tokenizer (:mod:`strands_tito.providers.families`): the engine serves as ``strands-tito engine --chat-template FAMILY``
+does, and replies what that family's model writes (cut from its template's own rendering of the call and the answer).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -15,15 +20,74 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from .collector import Collector, CollectorConfig
-from .engine import LocalEngine, Reply, Script
-from .tokenizers import build_qwen3_tokenizer
-from .viewer import Decoder, render_text
+from transformers import PreTrainedTokenizerBase
+
+from strands_tito.collector import Collector, CollectorConfig
+from strands_tito.engine import LocalEngine, Reply, Script
+from strands_tito.providers.families import FAMILIES, family, family_tokenizer, template_defaults
+from strands_tito.providers.rendering import render_chat_template
+from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.viewer import Decoder, render_text
 
 AGENT = Path(__file__).resolve().parents[2] / "examples" / "capture_agent.py"
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 25, "b": 17}}\n</tool_call>'
 DEMO_SCRIPT = Script(turns=[Reply(text=CALL), Reply(text="25 + 17 = 42.")])
+_QUESTION = "What is 25 + 17? Use the add tool."
+_REASONING = "The add tool gives the sum."
+
+
+def _model_writes(
+    tokenizer: PreTrainedTokenizerBase, name: str, before: list[dict[str, Any]], turn: list[dict[str, Any]]
+) -> str:
+    """What the family's model writes after ``before``: the template's rendering of ``turn`` (an assistant message and
+    what follows it) after the generation prompt, up to and including the model's stop token."""
+    spec = FAMILIES[name]
+    kwargs = template_defaults(tokenizer.chat_template)  # as the model renders it (QwQ: enable_thinking=True)
+    prompt_text = render_chat_template(tokenizer, before, add_generation_prompt=True, **kwargs)
+    full_text = render_chat_template(tokenizer, [*before, *turn], add_generation_prompt=False, **kwargs)
+    if full_text.startswith(prompt_text):
+        rest = full_text[len(prompt_text) :]
+    else:
+        # The template renders the turn's start otherwise than the generation prompt: compare tokens.
+        prompt = tokenizer.encode(prompt_text, add_special_tokens=False)
+        full = tokenizer.encode(full_text, add_special_tokens=False)
+        shared = 0
+        while shared < min(len(prompt), len(full)) and prompt[shared] == full[shared]:
+            shared += 1
+        rest = str(tokenizer.decode(full[shared:], skip_special_tokens=False))
+        if prompt[shared:] and "</think>" not in rest:
+            # The generation prompt opened a think block the template does not render back: the model closes it.
+            rest = f"{_REASONING}\n</think>\n\n{rest}"
+    ends = [(p, t) for t in spec.stop_tokens if (p := rest.find(t)) != -1]
+    if ends:
+        position, token = min(ends)
+        return rest[: position + len(token)]
+    # The template closes the turn with a token the model does not stop on (gpt-oss <|end|>): the model stops itself.
+    closing = [p for t in spec.end_of_turn if (p := rest.find(t)) != -1]
+    return rest[: min(closing, default=len(rest))] + spec.stop_tokens[0]
+
+
+def family_script(name: str) -> Script:
+    """The demo's two replies (an ``add`` call, then the answer) as the family's model writes them."""
+    name = family(name).name
+    tokenizer = family_tokenizer(name)
+    call_id = "functions.add:0"
+    call = {"id": call_id, "type": "function", "function": {"name": "add", "arguments": {"a": 25, "b": 17}}}
+    asked = [{"role": "user", "content": _QUESTION}]
+    calling = {"role": "assistant", "content": "", "reasoning_content": _REASONING, "tool_calls": [call]}
+    result = {"role": "tool", "tool_call_id": call_id, "name": "add", "content": "42"}
+    answer = {"role": "assistant", "content": "25 + 17 = 42."}
+    # Without its reasoning, the call renders the same whether or not a final answer follows (templates that drop or
+    # empty earlier reasoning once an answer follows would otherwise move the point where the answer starts).
+    called = {key: value for key, value in calling.items() if key != "reasoning_content"}
+    return Script(
+        turns=[
+            Reply(text=_model_writes(tokenizer, name, asked, [calling, result]), eos=False),
+            Reply(text=_model_writes(tokenizer, name, [*asked, called, result], [answer]), eos=False),
+        ]
+    )
 
 
 def _start_collector(out: Path) -> tuple[Collector, asyncio.AbstractEventLoop]:
@@ -41,20 +105,28 @@ def _start_collector(out: Path) -> tuple[Collector, asyncio.AbstractEventLoop]:
     return collector, loop
 
 
-def run_demo(out: Path = Path("strands-tito-demo")) -> int:
-    """Run the whole path once; returns a process exit code (0 when the written trajectory is exact)."""
+def run_demo(out: Path = Path("strands-tito-demo"), chat_template: str | None = None) -> int:
+    """Run the whole path once; returns a process exit code (0 when the written trajectory is exact).
+
+    ``chat_template`` names a model family (``glm-4.6``, ``llama-3.1``, ...) to run on instead of Qwen3.
+    """
     if not AGENT.exists():
         print(f"strands-tito demo needs the repository's examples/ folder ({AGENT} not found)", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
     output = out / "trajectories.jsonl"
     already = len(output.read_text().splitlines()) if output.exists() else 0
-    tokenizer = build_qwen3_tokenizer()
+    name = family(chat_template).name if chat_template else None
+    tokenizer = family_tokenizer(name) if name else build_qwen3_tokenizer()
+    script = family_script(name) if name else DEMO_SCRIPT
+    # As `strands-tito engine --chat-template FAMILY` serves: the stand-in tokenizer, the family's stop tokens.
+    stops = [tokenizer.convert_tokens_to_ids(t) for t in FAMILIES[name].stop_tokens] if name else None
     collector, loop = _start_collector(out)
     try:
-        with LocalEngine(tokenizer, scripts=[DEMO_SCRIPT]) as engine:
+        with LocalEngine(tokenizer, scripts=[script], eos_token_ids=stops) as engine:  # type: ignore[arg-type]
             env = {
                 **os.environ,
+                **({"STRANDS_TITO_FAMILY": name} if name else {}),
                 "SGLANG_URL": engine.base_url,
                 "STRANDS_TITO_CAPTURE": "1",
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.http_port}",
@@ -89,10 +161,17 @@ def run_demo(out: Path = Path("strands-tito-demo")) -> int:
         f" trajectory of {len(record['token_ids'])} tokens to {output}, which "
         f"{'equals' if exact else 'DIFFERS FROM'} what the engine received and produced"
     )
-    print(f"look again with: strands-tito inspect {output} --tokenizer qwen3 --html {out / 'trajectories.html'}")
+    if name is None:
+        print(f"look again with: strands-tito inspect {output} --tokenizer qwen3 --html {out / 'trajectories.html'}")
     return 0 if exact else 1
 
 
-def main() -> int:
-    """Entry point of ``strands-tito demo``."""
-    return run_demo()
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``strands-tito demo [--chat-template FAMILY] [--out DIR]``."""
+    parser = argparse.ArgumentParser(prog="strands-tito demo", description=__doc__.splitlines()[0] if __doc__ else "")
+    parser.add_argument(
+        "--chat-template", metavar="FAMILY", choices=sorted(FAMILIES), help="run on a model family's real template"
+    )
+    parser.add_argument("--out", type=Path, default=Path("strands-tito-demo"), help="output folder (%(default)s)")
+    args = parser.parse_args(argv)
+    return run_demo(args.out, args.chat_template)

@@ -13,8 +13,10 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from strands_tito.errors import StrandsTitoError
 
-class OTLPDecodeError(ValueError):
+
+class OTLPDecodeError(StrandsTitoError, ValueError):
     """The request body is not a valid OTLP trace export request."""
 
 

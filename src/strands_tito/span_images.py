@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from strands_tito.errors import StrandsTitoError
+
 __all__ = [
     "DEFAULT_MAX_IMAGE_BYTES",
     "SpanImage",
@@ -40,7 +42,7 @@ _MIME: Final = re.compile(r"image/[A-Za-z0-9.+-]+")
 _SHA256: Final = re.compile(r"[0-9a-f]{64}")
 
 
-class ImageSchemaError(ValueError):
+class ImageSchemaError(StrandsTitoError, ValueError):
     """``tito.images`` is malformed (spans.py re-raises it as a ``SpanSchemaError``)."""
 
 

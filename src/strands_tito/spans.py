@@ -15,8 +15,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .span_images import ImageSchemaError, SpanImage, decode_images
-from .trajectory import pack_int32
+from strands_tito.errors import StrandsTitoError
+from strands_tito.records import CALL_FIELDS
+from strands_tito.span_images import ImageSchemaError, SpanImage, decode_images
+from strands_tito.trajectory import pack_int32
 
 SCHEMA_VERSION = 1
 PREFIX = "tito."
@@ -74,7 +76,7 @@ SPAN_END = "tito.trajectory.end"
 Encoding = Literal["packed", "array"]
 
 
-class SpanSchemaError(ValueError):
+class SpanSchemaError(StrandsTitoError, ValueError):
     """A span claims to carry strands-tito data but the data is missing, mistyped or inconsistent."""
 
 
@@ -190,7 +192,7 @@ class CallSpan:
 
     Unlike a turn, a call carries its *whole* prompt as the server rendered and tokenized it: consecutive calls of a
     text agent need not share a prefix (the server re-renders the history), so no prefix length or checksum links
-    them; the assembler measures whether they do.
+    them; the assembler measures whether they do. An assembled call record keeps these spans as its ``calls``.
     """
 
     trajectory_id: str
@@ -201,6 +203,14 @@ class CallSpan:
     finish_reason: str
     model_id: str | None = None
     request_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The call as an entry of a record's ``calls`` (:data:`~strands_tito.records.CALL_FIELDS`; plain JSON)."""
+        return {name: _plain(getattr(self, name)) for name in CALL_FIELDS}
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, list) else value
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,15 @@ import numpy as np
 import orjson
 from numpy.typing import NDArray
 
+from strands_tito.errors import StrandsTitoError
+
 FinishReason = Literal["stop", "length", "abort"]
 #: What an image of a trajectory must look like: a base64 data URL of an image type (what SGLang's ``image_data``
 #: takes and what a trainer decodes without fetching anything).
 _DATA_URL = re.compile(r"data:image/[A-Za-z0-9.+-]+;base64,[A-Za-z0-9+/]+={0,2}")
 
 
-class TrajectoryError(ValueError):
+class TrajectoryError(StrandsTitoError, ValueError):
     """A turn would break the trajectory's invariants; the trajectory is left unchanged."""
 
 

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from strands_tito.records import record_from_row
+
 GREEN, DIM, RED, RESET = "\033[32m", "\033[2m", "\033[31m", "\033[0m"
 
 
@@ -122,16 +124,12 @@ def render_html(records: Sequence[dict[str, Any]], decode: Decoder) -> str:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records from a JSONL file or a Parquet file/directory written by the collector."""
+    """Records from a JSONL file or a Parquet file/directory written by the collector, as JSONL lines hold them."""
     if path.suffix == ".jsonl" or (path.is_file() and path.suffix != ".parquet"):
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     import pyarrow.parquet as pq
 
-    records: list[dict[str, Any]] = pq.read_table(path).to_pylist()
-    for record in records:
-        record["segments"] = [[s["is_output"], s["length"]] for s in record["segments"]]
-        record["turns"] = json.loads(record.get("turns") or "[]")
-    return records
+    return [record_from_row(row) for row in pq.read_table(path).to_pylist()]
 
 
 def inspect_main(argv: list[str]) -> int:
@@ -146,7 +144,7 @@ def inspect_main(argv: list[str]) -> int:
     records = [r for r in read_records(a.file) if a.id is None or r.get("trajectory_id") == a.id]
     tokenizer = None
     if a.tokenizer:
-        from .tokenizers import load_tokenizer
+        from strands_tito.tokenizers import load_tokenizer
 
         tokenizer = load_tokenizer(a.tokenizer)
     decode = Decoder(tokenizer)

@@ -18,19 +18,18 @@ from typing import Any
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from strands_tito import spans as schema
+from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord, quarantined
+from strands_tito.errors import StrandsTitoError
 from strands_tito.otlp import attributes_of
+from strands_tito.records import AGL_IDENTITY_KEYS
 
 from .store import Store, StoredSpan
 
 logger = logging.getLogger(__name__)
 
-# Agent Lightning's rollout and attempt ids (strands_tito.capture.AGL_ROLLOUT_ID / AGL_ATTEMPT_ID).
-_SPAN_IDENTITY = ("agentlightning.rollout_id", "agentlightning.attempt_id")
 
-
-class PayloadTooLarge(ValueError):
+class PayloadTooLarge(StrandsTitoError, ValueError):
     """The body, once decompressed, is larger than the collector accepts."""
 
 
@@ -106,7 +105,7 @@ class Ingestor:
         with self._lock:
             late = self.store.finished(s.trajectory_id for s, _ in candidates)
             retries = self.store.written((s.trace_id, s.span_id) for s, _ in candidates if s.trajectory_id in late)
-            keep: list[tuple[StoredSpan, schema.Decoded]] = []
+            keep: list[tuple[StoredSpan, spans.Decoded]] = []
             conflicts: dict[str, list[str]] = {}
             for stored, decoded in candidates:
                 if stored.trajectory_id in late:
@@ -140,21 +139,21 @@ class Ingestor:
 
     def _decode_request(
         self, request: ExportTraceServiceRequest, result: IngestResult
-    ) -> list[tuple[StoredSpan, schema.Decoded]]:
+    ) -> list[tuple[StoredSpan, spans.Decoded]]:
         """Validate every strands-tito span of a request; invalid ones go to ``result.errors``."""
-        candidates: list[tuple[StoredSpan, schema.Decoded]] = []
+        candidates: list[tuple[StoredSpan, spans.Decoded]] = []
         for resource_spans in request.resource_spans:
             resource = _json_safe(attributes_of(resource_spans.resource.attributes))
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
                     attributes = attributes_of(span.attributes)
-                    if not schema.is_tito_span(attributes):
+                    if not spans.is_tito_span(attributes):
                         result.ignored += 1
                         continue
                     try:
                         _check_ids(span)
-                        decoded = schema.decode_span(attributes, span.end_time_unix_nano, unpack=False)
-                    except schema.SpanSchemaError as e:
+                        decoded = spans.decode_span(attributes, span.end_time_unix_nano, unpack=False)
+                    except spans.SpanSchemaError as e:
                         result.errors.append(f"span {span.span_id.hex()[:16]}: {e}")
                         continue
                     stored = StoredSpan(
@@ -168,14 +167,14 @@ class Ingestor:
                     result.trajectories.setdefault(decoded.trajectory_id, stored.resource)
         return candidates
 
-    def _load(self, trajectory_id: str) -> tuple[dict[int, schema.TurnSpan], dict[int, schema.CallSpan]]:
-        turns: dict[int, schema.TurnSpan] = {}
-        calls: dict[int, schema.CallSpan] = {}
+    def _load(self, trajectory_id: str) -> tuple[dict[int, spans.TurnSpan], dict[int, spans.CallSpan]]:
+        turns: dict[int, spans.TurnSpan] = {}
+        calls: dict[int, spans.CallSpan] = {}
         for stored in self.store.spans_of(trajectory_id):
             decoded = _decode_stored(stored, unpack=True)
-            if isinstance(decoded, schema.TurnSpan):
+            if isinstance(decoded, spans.TurnSpan):
                 turns.setdefault(decoded.index, decoded)
-            elif isinstance(decoded, schema.CallSpan):
+            elif isinstance(decoded, spans.CallSpan):
                 calls.setdefault(decoded.index, decoded)
         return turns, calls
 
@@ -214,20 +213,20 @@ class Ingestor:
             )
 
 
-def _decode_stored(stored: StoredSpan, *, unpack: bool) -> schema.Decoded:
+def _decode_stored(stored: StoredSpan, *, unpack: bool) -> spans.Decoded:
     """A stored span, decoded (and validated) again."""
     span = Span()
     span.ParseFromString(stored.span)
-    return schema.decode_span(attributes_of(span.attributes), span.end_time_unix_nano, unpack=unpack)
+    return spans.decode_span(attributes_of(span.attributes), span.end_time_unix_nano, unpack=unpack)
 
 
 def _check_ids(span: Span) -> None:
     """OTLP ids of the right size and not all zero: spans are deduplicated by them, so a missing id would make
     different spans look like retries of one another."""
     if len(span.trace_id) != 16 or not any(span.trace_id):
-        raise schema.SpanSchemaError("trace_id must be 16 bytes, not all zero")
+        raise spans.SpanSchemaError("trace_id must be 16 bytes, not all zero")
     if len(span.span_id) != 8 or not any(span.span_id):
-        raise schema.SpanSchemaError("span_id must be 8 bytes, not all zero")
+        raise spans.SpanSchemaError("span_id must be 8 bytes, not all zero")
 
 
 def _json_safe(value: Any) -> Any:
@@ -246,10 +245,5 @@ def _json_safe(value: Any) -> Any:
 def _with_span_identity(resource: dict[str, Any], attributes: dict[str, Any]) -> dict[str, Any]:
     """The resource, plus the Agent Lightning ids capture puts on its spans when the resource lacks them (an app's
     own tracer provider built without the environment's resource attributes)."""
-    missing = {k: _json_safe(attributes[k]) for k in _SPAN_IDENTITY if k in attributes and k not in resource}
+    missing = {k: _json_safe(attributes[k]) for k in AGL_IDENTITY_KEYS if k in attributes and k not in resource}
     return {**resource, **missing} if missing else resource
-
-
-def describe(result: IngestResult) -> dict[str, Any]:
-    """Counts for logs and responses."""
-    return {"accepted": result.accepted, "duplicates": result.duplicates, "rejected": result.rejected}

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from strands_tito.errors import StrandsTitoError
 from strands_tito.exporters import TrajectoryExporter, make_exporter
 
 from .accept import AcceptPath, Limits
@@ -33,7 +34,7 @@ from .telemetry import Health, Metrics, prometheus
 logger = logging.getLogger(__name__)
 
 
-class BindError(OSError):
+class BindError(StrandsTitoError, OSError):
     """A receiver's address cannot be bound (in use, not local, no permission)."""
 
 

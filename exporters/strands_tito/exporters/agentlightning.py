@@ -34,12 +34,13 @@ from typing import Any
 import httpx
 import orjson
 
+from strands_tito.errors import StrandsTitoError
+from strands_tito.records import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
+
 from .base import ExporterConfigError
 
 logger = logging.getLogger(__name__)
 
-AGL_ROLLOUT_ID = "agentlightning.rollout_id"
-AGL_ATTEMPT_ID = "agentlightning.attempt_id"
 MARKER = "strands_tito"
 """Key of the marker in each posted event's ``data`` (kept in the raw view, dropped by the triplet view)."""
 NAME = "agentlightning"
@@ -53,7 +54,7 @@ CREATE TABLE IF NOT EXISTS progress (
 """
 
 
-class AgentLightningError(RuntimeError):
+class AgentLightningError(StrandsTitoError, RuntimeError):
     """The Agent Lightning server could not take the events now (the batch is retried later)."""
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from strands_tito.errors import StrandsTitoError
 
-class ExporterConfigError(RuntimeError):
+
+class ExporterConfigError(StrandsTitoError, RuntimeError):
     """An exporter cannot work with the settings it was given (the collector refuses to start)."""
 
 

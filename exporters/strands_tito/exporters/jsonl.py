@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from strands_tito.records import jsonl_bytes
 
 
 class JsonlExporter:
@@ -28,7 +29,7 @@ class JsonlExporter:
 
     def write(self, records: Sequence[dict[str, Any]], position: str) -> None:
         """Write the batch at byte offset ``position`` and fsync."""
-        data = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records).encode()
+        data = jsonl_bytes(records)
         with self.path.open("r+b") as f:
             f.truncate(int(position))
             f.seek(int(position))

@@ -1,4 +1,9 @@
-"""A protocol-faithful local SGLang engine that replays scripted replies (for tests; no GPU needed).
+"""The local test/dev engine: a scripted stand-in for an SGLang (or vLLM) server -- not a production server.
+
+It runs no model and needs no GPU: every reply comes from a script (:class:`Script` of :class:`Reply` and
+:class:`Fault` steps), so tests, the demo and the benchmarks can drive the providers over real HTTP, inject the faults
+a deployment produces and compare exactly which tokens went in and came out (:class:`EngineRecord`). No provider,
+capture, collector or exporter module imports it (only the demo and the command line do).
 
 Typical use::
 
@@ -8,7 +13,22 @@ Typical use::
     with LocalEngine(load_tokenizer("qwen3"), scripts=[Script([Fault.http(503), Reply(text="Hi!")])]) as engine:
         ...  # talk to engine.base_url + "/generate", then inspect engine.records
 
-or from a shell: ``python -m strands_tito.engine --port 0 --tokenizer tiny --script script.json``.
+or from a shell: ``strands-tito engine --port 0 --tokenizer tiny --script script.json``.
+
+Modules, for a newcomer (endpoints depend on the core; the server wires endpoints to the core; nothing imports back):
+
+* :mod:`~strands_tito.engine.server` -- :class:`LocalEngine`: socket, thread, routing table; builds one core;
+* :mod:`~strands_tito.engine.core` -- :class:`EngineCore`: settings and shared state behind a public API (records,
+  conversations, requests in flight, pause/abort, the request lifecycle ``schedule``);
+* endpoints: :mod:`~strands_tito.engine.sglang_api` (``/generate``), :mod:`~strands_tito.engine.admin` (health,
+  info, cache, abort, pause), :mod:`~strands_tito.engine.openai_chat` (``/v1/chat/completions``, with its parsing in
+  :mod:`~strands_tito.engine.openai_parsing`), :mod:`~strands_tito.engine.vllm_api` (vLLM's token-id endpoints);
+* building blocks: :mod:`~strands_tito.engine.protocol` (SGLang's validation, messages, synthetic logprobs),
+  :mod:`~strands_tito.engine.outputs` (stops, text, ``/generate`` bodies), :mod:`~strands_tito.engine.conversations`
+  (prefix matching, scripts, prefix cache), :mod:`~strands_tito.engine.script` (scripts and faults),
+  :mod:`~strands_tito.engine.records` (records, SSE and broken-body helpers), :mod:`~strands_tito.engine.images`,
+  :mod:`~strands_tito.engine.http`;
+* :mod:`~strands_tito.engine.cli` -- ``strands-tito engine`` / ``python -m strands_tito.engine``.
 
 It mirrors SGLang 0.5.23's ``/generate`` (request validation and the three 400 body shapes, ``meta_info``,
 finish reasons, ``logprob_start_len``, prefix-cache ``cached_tokens``, routed experts, SSE) and the info/health/cache
@@ -30,12 +50,15 @@ chat template and returns token ids in vLLM's or SGLang's field names (``LocalEn
   requests until ``/continue_generation`` (mode ``abort`` also aborts pending ones).
 """
 
-from .protocol import routed_experts_for, token_logprob
-from .script import DEFAULT_REPLY, Fault, Reply, Script, ScriptFile, Step
-from .server import EngineRecord, LocalEngine
+from strands_tito.engine.core import EngineCore
+from strands_tito.engine.protocol import routed_experts_for, token_logprob
+from strands_tito.engine.records import EngineRecord
+from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Script, ScriptFile, Step
+from strands_tito.engine.server import LocalEngine
 
 __all__ = [
     "DEFAULT_REPLY",
+    "EngineCore",
     "EngineRecord",
     "Fault",
     "LocalEngine",

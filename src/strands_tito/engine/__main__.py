@@ -2,7 +2,7 @@
 
 import sys
 
-from .cli import engine_main
+from strands_tito.engine.cli import engine_main
 
 if __name__ == "__main__":
     sys.exit(engine_main())

@@ -1,4 +1,4 @@
-"""Command line for the local engine: ``python -m strands_tito.engine [options]``."""
+"""Command line for the local test/dev engine: ``strands-tito engine`` / ``python -m strands_tito.engine [options]``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import asyncio
 import contextlib
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase
 
-from .script import ScriptFile
+from strands_tito.engine.script import ScriptFile
+
+if TYPE_CHECKING:
+    from strands_tito.providers.families import Family
 
 __all__ = ["build_parser", "engine_main"]
 
@@ -19,7 +23,11 @@ def build_parser() -> argparse.ArgumentParser:
     """The engine's argument parser."""
     parser = argparse.ArgumentParser(
         prog="python -m strands_tito.engine",
-        description="Run the strands-tito local engine: an SGLang-protocol server that replays scripted replies.",
+        description=(
+            "Run the strands-tito local test/dev engine: a stand-in for an SGLang (or vLLM / OpenAI-compatible) server "
+            "that replays scripted replies, injects faults and records every request. It runs no model and needs no "
+            "GPU; it is for tests, demos and benchmarks, not a production server."
+        ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=int, default=30000, help="port; 0 picks a free one (default: %(default)s)")
@@ -31,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FAMILY",
         default=None,
         help="serve a model family on its real chat template with the stand-in tokenizer (Qwen3 vocabulary plus the "
-        "family's special tokens) and its stop tokens, e.g. glm-4.6, llama-3.1 (names in strands_tito.families)",
+        "family's special tokens) and its stop tokens, e.g. glm-4.6, llama-3.1 "
+        "(names in strands_tito.providers.families)",
     )
     parser.add_argument("--script", metavar="FILE.json", help="script file with scripts and a default reply")
     parser.add_argument("--context-length", type=int, default=32768, help="model context length (default: %(default)s)")
@@ -63,32 +72,39 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _tokenizer(name: str, spec: Family | None) -> tuple[PreTrainedTokenizerBase, list[int] | None]:
+    """The tokenizer to serve and its stop ids (None: the tokenizer's eos)."""
+    if spec is not None:
+        from strands_tito.providers.families import family_tokenizer
+
+        tokenizer = family_tokenizer(spec.name)
+        return tokenizer, [tokenizer.convert_tokens_to_ids(t) for t in spec.stop_tokens]  # type: ignore[misc]
+    from strands_tito.tokenizers import load_tokenizer
+
+    return load_tokenizer(name), None
+
+
 def engine_main(argv: list[str] | None = None) -> int:
     """Run the engine until SIGINT/SIGTERM; prints ``strands-tito engine listening on http://HOST:PORT`` when ready."""
     args = build_parser().parse_args(argv)
 
-    from ..tokenizers import load_tokenizer
-    from .server import LocalEngine
+    from strands_tito.engine.server import LocalEngine
 
     try:
         script_file = ScriptFile.load(args.script) if args.script else ScriptFile()
     except (OSError, ValueError) as exc:
         print(f"error: cannot load script {args.script}: {exc}", file=sys.stderr)
         return 2
-    eos_token_ids: list[int] | None = None
-    tokenizer: PreTrainedTokenizerBase
+    spec: Family | None = None
     if args.chat_template:
-        from ..families import family, family_tokenizer
+        from strands_tito.providers.families import family
 
         try:
             spec = family(args.chat_template)
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        tokenizer = family_tokenizer(spec.name)
-        eos_token_ids = [tokenizer.convert_tokens_to_ids(t) for t in spec.stop_tokens]  # type: ignore[misc]
-    else:
-        tokenizer = load_tokenizer(args.tokenizer)
+    tokenizer, eos_token_ids = _tokenizer(args.tokenizer, spec)
     routed = (
         (args.num_layers, args.num_experts_per_tok, args.num_experts) if args.enable_return_routed_experts else None
     )

@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from .protocol import (
+from strands_tito.engine.protocol import (
     GenerateRequest,
     SamplingParams,
     encode_routed_experts,
@@ -23,7 +23,7 @@ from .protocol import (
     routed_experts_for,
     token_logprob,
 )
-from .script import MalformedKind, Reply
+from strands_tito.engine.script import MalformedKind, Reply
 
 __all__ = ["Outcome", "OutputBuilder"]
 
@@ -105,7 +105,8 @@ class OutputBuilder:
     def _token_text(self, token: int, with_text: bool) -> str | None:
         return self.decode([token], skip_special_tokens=False) if with_text else None
 
-    def _top_entries(self, position: int, actual: int, count: int, with_text: bool) -> list[list[Any]]:
+    def top_entries(self, position: int, actual: int, count: int, with_text: bool) -> list[list[Any]]:
+        """The ``count`` best ``[logprob, token, text]`` at ``position`` (``actual`` and synthetic neighbours)."""
         candidates = {actual}
         step = 1
         while len(candidates) < count + 1 and step < 4 * count + 8:
@@ -129,7 +130,7 @@ class OutputBuilder:
         }
         if generate.top_logprobs_num > 0:
             fields["input_top_logprobs"] = [
-                None if j == 0 else self._top_entries(p, prompt[p], generate.top_logprobs_num, with_text)
+                None if j == 0 else self.top_entries(p, prompt[p], generate.top_logprobs_num, with_text)
                 for j, p in enumerate(positions)
             ]
         if generate.token_ids_logprob is not None:
@@ -172,7 +173,7 @@ class OutputBuilder:
             if generate.top_logprobs_num > 0:
                 meta["input_top_logprobs"] = input_fields.get("input_top_logprobs", [])
                 meta["output_top_logprobs"] = [
-                    self._top_entries(base + i, token, generate.top_logprobs_num, with_text)
+                    self.top_entries(base + i, token, generate.top_logprobs_num, with_text)
                     for i, token in enumerate(out)
                 ]
             if generate.token_ids_logprob is not None:

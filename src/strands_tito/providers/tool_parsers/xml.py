@@ -25,7 +25,14 @@ from typing import Any, ClassVar
 
 from strands.types.tools import ToolSpec
 
-from .base import SectionParser, TaggedCallParser, ToolCall, new_call_id, schema_properties, strict_json
+from strands_tito.providers.tool_parsers.base import (
+    SectionParser,
+    TaggedCallParser,
+    ToolCall,
+    new_call_id,
+    schema_properties,
+    strict_json,
+)
 
 __all__ = ["GLMToolParser", "MiniMaxM2ToolParser", "QwenXMLToolParser", "typed_value"]
 

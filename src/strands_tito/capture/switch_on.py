@@ -10,15 +10,15 @@ Two ways in, one mechanism:
 * ``STRANDS_TITO_CAPTURE`` (read at interpreter start by ``strands_tito_startup``, from the ``.pth`` file the package
   installs): ``otlp`` (or ``1``) exports spans with the OTLP exporter the standard ``OTEL_EXPORTER_OTLP_*`` variables
   configure; ``jsonl:PATH`` writes reassembled trajectories to ``PATH`` in the process
-  (:class:`~strands_tito.capture.TrajectorySpanProcessor`); both may be given, comma-separated.
+  (:class:`~strands_tito.capture.recorder.TrajectorySpanProcessor`); both may be given, comma-separated.
 
 Neither replaces a tracer provider the application makes itself (``StrandsTelemetry()``): no provider is installed at
 interpreter start. When Strands first creates its tracer (the first ``Agent``, ``Swarm`` or ``Graph``), capture
 attaches its span processors to the global SDK provider if there is one by then, and installs one otherwise. The
 application's own exporters keep receiving their spans; strands-tito's go where ``STRANDS_TITO_CAPTURE`` says.
 
-At exit :func:`~strands_tito.capture.shutdown_capture` ends every open trajectory and flushes; it is registered with
-``atexit`` right after the provider it flushes exists, so (last in, first out) it runs before that provider's own
+At exit :func:`~strands_tito.capture.recorder.shutdown_capture` ends every open trajectory and flushes; it is registered
+with ``atexit`` right after the provider it flushes exists, so (last in, first out) it runs before that provider's own
 shutdown. Settings that would lose data (span limits, an unknown value, an unsupported protocol) stop the process at
 start-up with a message naming the variable to change.
 """
@@ -44,7 +44,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from .capture import (
+from strands_tito.capture.recorder import (
     ENV_CAPTURE,
     CaptureConfigError,
     TrajectorySpanProcessor,
@@ -54,11 +54,10 @@ from .capture import (
     check_span_limits,
     shutdown_capture,
 )
+from strands_tito.records import ON_VALUES, capture_off
 
 logger = logging.getLogger(__name__)
 
-ON_VALUES = ("1", "true", "on", "yes")
-OFF_VALUES = ("0", "false", "off", "no")
 EXIT_CONFIG_ERROR = 78  # EX_CONFIG (sysexits.h)
 # Exporters of the SDK configurator (OTEL_TRACES_EXPORTER) that already send OTLP.
 _OTLP_EXPORTER_NAMES = {"otlp", "otlp_proto_http", "otlp_proto_grpc"}
@@ -99,7 +98,7 @@ def parse_capture(value: str, environ: Mapping[str, str] | None = None) -> Captu
     """
     env = os.environ if environ is None else environ
     items = [item.strip() for item in value.split(",") if item.strip()]
-    if not items or (len(items) == 1 and items[0].lower() in OFF_VALUES):
+    if not items or (len(items) == 1 and capture_off(items[0])):
         return CaptureRequest()
     otlp, jsonl = False, []
     for item in items:
@@ -202,8 +201,8 @@ def otlp_processor() -> SpanProcessor:
     Raises:
         CaptureConfigError: a spool setting is not a positive integer, or the spool directory cannot be used.
     """
-    from .spool import Spool, default_spool_root, spool_key
-    from .spool_processor import (
+    from strands_tito.capture.spool import Spool, default_spool_root, spool_key
+    from strands_tito.capture.spool_processor import (
         DEFAULT_MAX_BYTES,
         DEFAULT_QUEUE_BYTES,
         DEFAULT_QUEUE_SPANS,
@@ -263,7 +262,7 @@ class _Switch:
             otlp_protocol()
         keep_content_off_spans()
         # Stock agents too: Strands' OpenAIModel against vLLM/SGLang records each call's token ids.
-        from .openai_capture import instrument_openai_model
+        from strands_tito.capture.openai import instrument_openai_model
 
         instrument_openai_model()
         with self.lock:

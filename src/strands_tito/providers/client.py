@@ -1,4 +1,4 @@
-"""Async HTTP client for SGLang's native API (`/generate`, `/v1/models`, `/model_info`).
+"""Async HTTP client for token-in/token-out servers: the transport, and SGLang's native API (`/generate`, ...).
 
 The client only moves bytes and classifies failures; what a reply *means* for a trajectory is decided by the model
 provider. Retries follow one rule: retry what a later attempt can fix (connection failures, 408/429/502/503/504),
@@ -22,7 +22,16 @@ from typing import Any, ClassVar, Self
 import httpx
 import orjson
 
-from .http11 import ConnectionPool, HTTPReply, HTTPTransportError
+from strands_tito.errors import (
+    ContextLengthError,
+    GenerationError,
+    ReplyDecodingError,
+    RequestCancelledError,
+    ServerConnectionError,
+    ServerHTTPError,
+    ThrottledError,
+)
+from strands_tito.providers.connection_pool import ConnectionPool, HTTPReply, HTTPTransportError
 
 logger = logging.getLogger(__name__)
 
@@ -37,51 +46,23 @@ CONTEXT_LENGTH_MARKERS = (
 )
 
 
-class SGLangClientError(Exception):
-    """Base class of every error raised by :class:`SGLangClient`."""
+# The SGLang names of the backend-neutral generation errors (one class, two names; see strands_tito.errors).
+SGLangClientError = GenerationError
+SGLangHTTPError = ServerHTTPError
+SGLangContextLengthError = ContextLengthError
+SGLangThrottledError = ThrottledError
+SGLangConnectionError = ServerConnectionError
+SGLangDecodingError = ReplyDecodingError
+SGLangCancelledError = RequestCancelledError
 
 
-class SGLangHTTPError(SGLangClientError):
-    """The server answered with an error status.
-
-    Attributes:
-        status: HTTP status code.
-        body: Response body as text.
-    """
-
-    def __init__(self, status: int, body: str, message: str | None = None) -> None:
-        self.status = status
-        self.body = body
-        super().__init__(message or f"SGLang returned HTTP {status}: {body[:500]}")
-
-
-class SGLangContextLengthError(SGLangHTTPError):
-    """The prompt (plus requested new tokens) does not fit the model's context window."""
-
-
-class SGLangThrottledError(SGLangHTTPError):
-    """The server is overloaded (429/503) and stayed so until the retries ran out."""
-
-
-class SGLangConnectionError(SGLangClientError):
-    """The server could not be reached, or the connection broke before a full reply arrived."""
-
-
-class SGLangDecodingError(SGLangClientError):
-    """The server answered 200 with a body that is not valid JSON."""
-
-
-class SGLangCancelledError(SGLangClientError):
-    """The caller's cancel signal was set while the request was in flight; the request was abandoned."""
-
-
-def classify_http_error(status: int, body: str) -> SGLangHTTPError:
-    """Map an error status and body to the most specific :class:`SGLangHTTPError` subclass."""
+def classify_http_error(status: int, body: str) -> ServerHTTPError:
+    """Map an error status and body to the most specific :class:`ServerHTTPError` subclass."""
     if status == 400 and any(marker in body.lower() for marker in CONTEXT_LENGTH_MARKERS):
-        return SGLangContextLengthError(status, body)
+        return ContextLengthError(status, body)
     if status in THROTTLING_STATUS_CODES:
-        return SGLangThrottledError(status, body)
-    return SGLangHTTPError(status, body)
+        return ThrottledError(status, body)
+    return ServerHTTPError(status, body)
 
 
 def _retry_after_seconds(value: str | None) -> float | None:
@@ -98,8 +79,12 @@ def _retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-class SGLangClient:
-    """Async client for one SGLang server (or router) with pooling, retries and an overall deadline.
+class TokenClient:
+    """Async client for one inference server with pooling, retries, an overall deadline and cancellation.
+
+    The transport (:meth:`request_json`) serves every backend; :meth:`generate`, :meth:`model_info` and
+    :meth:`is_multimodal` speak SGLang's native API. :class:`~strands_tito.providers.vllm.VLLMClient` adds vLLM's
+    endpoints. ``SGLangClient`` is this class's documented name for SGLang users (one class, two names).
 
     Args:
         base_url: Server root, e.g. ``http://127.0.0.1:30000``.
@@ -208,20 +193,20 @@ class SGLangClient:
                 return await self._lean_pool().request(method, path, body)
             except HTTPTransportError as e:
                 # Refused/reset connections, timeouts and bodies cut short by the server.
-                raise SGLangConnectionError(f"{method} {self.base_url}{path} failed: {e}") from e
+                raise ServerConnectionError(f"{method} {self.base_url}{path} failed: {e}") from e
         headers = {"Content-Type": "application/json"} if body is not None else None
         try:
             response = await self._client().request(method, path, content=body, headers=headers)
         except (httpx.TransportError, httpx.DecodingError) as e:
-            raise SGLangConnectionError(f"{method} {self.base_url}{path} failed: {type(e).__name__}: {e}") from e
+            raise ServerConnectionError(f"{method} {self.base_url}{path} failed: {type(e).__name__}: {e}") from e
         return HTTPReply(response.status_code, dict(response.headers), response.content)
 
     async def request_json(self, method: str, path: str, payload: Any = None) -> Any:
         """Send one request with retries and return the decoded JSON body.
 
         Raises:
-            SGLangContextLengthError, SGLangThrottledError, SGLangHTTPError, SGLangConnectionError,
-            SGLangDecodingError: see the class docstrings.
+            ContextLengthError, ThrottledError, ServerHTTPError, ServerConnectionError,
+            ReplyDecodingError: see the class docstrings.
         """
         body = None if payload is None else orjson.dumps(payload)
         start = time.monotonic()
@@ -239,12 +224,12 @@ class SGLangClient:
                 try:
                     return orjson.loads(response.content)
                 except orjson.JSONDecodeError as e:
-                    raise SGLangDecodingError(
+                    raise ReplyDecodingError(
                         f"{method} {path}: HTTP 200 with a body that is not JSON: {response.text[:200]!r}"
                     ) from e
-            except (SGLangConnectionError, SGLangHTTPError) as error:
-                retryable = isinstance(error, SGLangConnectionError) or (
-                    isinstance(error, SGLangHTTPError) and error.status in RETRYABLE_STATUS_CODES
+            except (ServerConnectionError, ServerHTTPError) as error:
+                retryable = isinstance(error, ServerConnectionError) or (
+                    isinstance(error, ServerHTTPError) and error.status in RETRYABLE_STATUS_CODES
                 )
                 if not retryable or attempt >= self.max_retries:
                     raise
@@ -283,7 +268,7 @@ class SGLangClient:
             image_data: Images for multimodal models.
             rid: Request id (echoed as ``meta_info.id``).
             cancel_signal: When set while the request is in flight, the request is dropped (closing its connection,
-                which makes SGLang abort it) and :class:`SGLangCancelledError` is raised.
+                which makes SGLang abort it) and :class:`RequestCancelledError` is raised.
             input_ids_json: ``input_ids`` already serialized as a JSON array (sent as it is).
         """
         payload: dict[str, Any] = {
@@ -308,14 +293,14 @@ class SGLangClient:
         else:
             reply = await _until_cancelled(request, cancel_signal)
         if not isinstance(reply, dict):
-            raise SGLangDecodingError(f"/generate returned a JSON {type(reply).__name__}, expected an object")
+            raise ReplyDecodingError(f"/generate returned a JSON {type(reply).__name__}, expected an object")
         return reply
 
     async def health(self) -> bool:
         """True when ``GET /health`` answers 200."""
         try:
             response = await self._send("GET", "/health", None)
-        except SGLangConnectionError:
+        except ServerConnectionError:
             return False
         return response.status == 200
 
@@ -323,7 +308,7 @@ class SGLangClient:
         """``GET /model_info`` (model path, modality flags, ...)."""
         info = await self.request_json("GET", "/model_info")
         if not isinstance(info, dict):
-            raise SGLangDecodingError("/model_info did not return a JSON object")
+            raise ReplyDecodingError("/model_info did not return a JSON object")
         return info
 
     async def max_model_len(self) -> int | None:
@@ -427,10 +412,14 @@ async def _until_cancelled[T](coro: Any, cancel_signal: threading.Event) -> T:
         result = await task
     except asyncio.CancelledError:
         if fired:
-            raise SGLangCancelledError("request cancelled by the caller's cancel signal") from None
+            raise RequestCancelledError("request cancelled by the caller's cancel signal") from None
         raise
     finally:
         watch.discard(task)
         if not task.done():
             task.cancel()
     return result
+
+
+#: The documented name for SGLang users (and strands-sglang 0.6's): the same class as :class:`TokenClient`.
+SGLangClient = TokenClient

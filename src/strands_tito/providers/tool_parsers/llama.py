@@ -25,7 +25,7 @@ from typing import ClassVar
 
 from strands.types.tools import ToolSpec
 
-from .base import ToolCall, ToolParser, new_call_id, parse_json_object
+from strands_tito.providers.tool_parsers.base import ToolCall, ToolParser, new_call_id, parse_json_object
 
 __all__ = ["Llama3JsonToolParser"]
 

@@ -146,7 +146,8 @@ class ToolParser(ABC):
         self.think_start = think_start
         self.think_end = think_end
         self._think_block = re.compile(re.escape(think_start) + ".*?" + re.escape(think_end), re.DOTALL)
-        # Foreign formats already warned about for this parser (see strands_tito.tool_parsers.warn_foreign_markup).
+        # Foreign formats already warned about for this parser (see
+        # strands_tito.providers.tool_parsers.warn_foreign_markup).
         self.warned_formats: set[str] = set()
 
     def visible_text(self, text: str) -> str:

@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
+from strands_tito.errors import StrandsTitoError
 
-class HTTPTransportError(Exception):
+
+class HTTPTransportError(StrandsTitoError):
     """The connection failed or broke, or the reply was not valid HTTP/1.1."""
 
 

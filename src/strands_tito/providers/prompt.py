@@ -27,8 +27,9 @@ from strands.types.content import Message, Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-from .families import FAMILIES
-from .rendering import render_chat_template
+from strands_tito.errors import StrandsTitoError
+from strands_tito.providers.families import FAMILIES, template_defaults
+from strands_tito.providers.rendering import render_chat_template
 
 # The stand-in messages before the assistant message the new messages follow: templates that need a user query
 # before tool messages, or look at the previous message's role, then render the new messages as in a real
@@ -64,7 +65,7 @@ IMAGE_MIME: Final[dict[str, str]] = {
 }
 
 
-class PromptError(ValueError):
+class PromptError(StrandsTitoError, ValueError):
     """The conversation or chat template cannot be tokenized incrementally."""
 
 
@@ -216,7 +217,8 @@ class PromptEncoder:
 
     Args:
         tokenizer: A Hugging Face tokenizer with a chat template.
-        enable_thinking: Passed to the template (Qwen3, GLM, DeepSeek-V3.1 ...); None leaves the template's default.
+        enable_thinking: Passed to the template (Qwen3, GLM, DeepSeek-V3.1 ...); None leaves the template's default,
+            or the family's (:func:`strands_tito.providers.families.template_defaults`: QwQ is rendered with ``True``).
         end_tokens: Tokens that end an assistant turn (the model's stop tokens and the template's end-of-turn
             tokens). Default: the tokenizer's eos token, the token the template closes an assistant message with,
             and those of :data:`KNOWN_END_TOKENS` the tokenizer has as added tokens.
@@ -233,7 +235,11 @@ class PromptEncoder:
         end_tokens: Sequence[str] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
-        self.template_kwargs: dict[str, Any] = {} if enable_thinking is None else {"enable_thinking": enable_thinking}
+        self.template_kwargs: dict[str, Any] = (
+            template_defaults(tokenizer.chat_template)
+            if enable_thinking is None
+            else {"enable_thinking": enable_thinking}
+        )
         self._added: dict[int, str] = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
         self._stand_in_text = self._render_or_fail(_STAND_IN, "render a system and a user message", generation=False)
         self.end_tokens: tuple[str, ...] = tuple(end_tokens) if end_tokens is not None else self._default_end_tokens()
@@ -404,7 +410,23 @@ class PromptEncoder:
             tools = None
         before = len(images) if images is not None else 0
         formatted = format_messages(messages, system_prompt, images)
-        ids = self.encode(self.render(formatted, tools=tools, add_generation_prompt=True))
+        structured = _with_history_calls(formatted, messages, force=False)
+        try:
+            text = self.render(structured, tools=tools, add_generation_prompt=True)
+        except Exception as e:
+            # Templates that need structured tool_calls before a tool message (gpt-oss): give every earlier call.
+            retry = _with_history_calls(formatted, messages, force=True)
+            if retry == structured:
+                raise PromptError(f"the chat template cannot render the first prompt: {type(e).__name__}: {e}") from e
+            try:
+                text = self.render(retry, tools=tools, add_generation_prompt=True)
+            except Exception as again:
+                raise PromptError(
+                    "the chat template cannot render the first prompt's earlier assistant tool calls (a restored "
+                    f"conversation or few-shot history), even as structured tool_calls: {type(again).__name__}: "
+                    f"{again}"
+                ) from again
+        ids = self.encode(text)
         if images is not None and (len(images) > before or self._image_token_in(ids)):
             self._check_images(ids, len(images) - before)
         return ids
@@ -484,6 +506,27 @@ class PromptEncoder:
         # The model stopped on another token (gpt-oss <|return|>, re-rendered <|end|>): keep the model's. Otherwise
         # its turn was cut short and the template's end of turn closes it.
         return after[position + len(token) :] if emitted is not None else after[position:]
+
+
+def _with_history_calls(formatted: list[dict[str, Any]], messages: Messages, *, force: bool) -> list[dict[str, Any]]:
+    """Earlier assistant turns of a first prompt with their ``toolUse`` blocks as structured ``tool_calls`` (ids kept).
+
+    An assistant text is the model's raw output, call markup included, so it is rendered verbatim; only a turn whose
+    text names none of its tools (a restored conversation or few-shot history written without the markup) gets its
+    calls structured, or every turn with calls when ``force`` (templates that refuse a tool message without them).
+    """
+    assistants = iter(m for m in messages if m["role"] == "assistant")
+    out: list[dict[str, Any]] = []
+    for entry in formatted:
+        if entry["role"] != "assistant":
+            out.append(entry)
+            continue
+        calls = tool_calls_of(next(assistants))
+        text = entry["content"] if isinstance(entry["content"], str) else ""
+        if calls and (force or not any(c["function"]["name"] in text for c in calls)):
+            entry = {**entry, "tool_calls": calls}
+        out.append(entry)
+    return out
 
 
 def _earlier_calls(count: int) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 from strands.types.tools import ToolSpec
 
-from .base import SectionParser, ToolCall, new_call_id, parse_json_object
+from strands_tito.providers.tool_parsers.base import SectionParser, ToolCall, new_call_id, parse_json_object
 
 __all__ = ["DeepSeekV31ToolParser", "KimiK2ToolParser"]
 

@@ -1,7 +1,8 @@
 """`SGLangModel`: a token-in/token-out Strands model provider over SGLang's native ``/generate``.
 
 The provider-independent machinery (per-agent trajectories, prompts, tool parsing, limits, capture, error mapping)
-is :class:`~strands_tito.token_model.TokenModel`; this module only sends ``/generate`` and validates its reply.
+is :class:`~strands_tito.providers.token_model.TokenModel`; this module only sends ``/generate`` and validates its
+reply.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any, ClassVar, cast
 from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
-from .client import SGLangClient
-from .reply_checks import is_token_id_list, triple_logprobs
-from .token_model import (
+from strands_tito.providers.client import SGLangClient, TokenClient
+from strands_tito.providers.reply_checks import is_token_id_list, triple_logprobs
+from strands_tito.providers.token_model import (
     INVALID_TOOL_NAME,
     STATE_KEY,
     Generation,
@@ -27,8 +28,8 @@ from .token_model import (
     TokenModel,
     TokenResponseError,
 )
-from .tool_parsers import ToolParser
-from .trajectory import FinishReason
+from strands_tito.providers.tool_parsers import ToolParser
+from strands_tito.trajectory import FinishReason
 
 __all__ = [
     "INVALID_TOOL_NAME",
@@ -40,9 +41,6 @@ __all__ = [
     "SGLangModel",
     "SGLangResponseError",
 ]
-
-# A reply validated for recording (kept under its old name).
-_Reply = Generation
 
 
 class SGLangResponseError(TokenResponseError):
@@ -81,7 +79,7 @@ class SGLangModel(TokenModel):
 
     Construct with a client (``SGLangModel(client=..., tokenizer=..., tool_parser=...)``) or a URL
     (``SGLangModel(tokenizer=..., base_url=...)``). Each agent using the model gets its own trajectory (kept in the
-    per-agent model state Strands passes to :meth:`stream`); ``model.token_manager`` is the trajectory of the agent
+    per-agent model state Strands passes to :meth:`stream`); ``model.trajectory`` is the trajectory of the agent
     that called the model last, which is the agent's when only one uses it.
 
     Args:
@@ -89,7 +87,7 @@ class SGLangModel(TokenModel):
         client: An :class:`SGLangClient`; shared clients pool connections across models.
         base_url: Server URL, used to create a client when ``client`` is not given.
         tool_parser: How tool calls are read from output text: a parser, a registry name, or ``"auto"`` (the
-            default: chosen from the tokenizer's chat template, see ``strands_tito.tool_parsers``).
+            default: chosen from the tokenizer's chat template, see ``strands_tito.providers.tool_parsers``).
         **config: :class:`SGLangConfig` keys.
     """
 
@@ -97,6 +95,7 @@ class SGLangModel(TokenModel):
     default_sampling_params: ClassVar[dict[str, Any]] = {"skip_special_tokens": False}
     response_error = SGLangResponseError
     aborted_error = SGLangAbortedError
+    config_type = SGLangConfig
 
     config: SGLangConfig
 
@@ -104,7 +103,7 @@ class SGLangModel(TokenModel):
         self,
         *,
         tokenizer: PreTrainedTokenizerBase,
-        client: SGLangClient | None = None,
+        client: TokenClient | None = None,
         base_url: str | None = None,
         tool_parser: ToolParser | str | None = None,
         **config: Any,
@@ -179,6 +178,28 @@ def _logprob_entries(entries: Any, expected_ids: Sequence[int], where: str) -> l
     return triple_logprobs(entries, expected_ids, where, SGLangResponseError)
 
 
+def _checked_header(raw: dict[str, Any], sent: int, expanded: bool) -> tuple[list[int], dict[str, Any], dict[str, Any]]:
+    """``output_ids``, ``meta_info`` and ``finish_reason`` of a ``/generate`` reply, checked against the request."""
+    output_ids = raw.get("output_ids")
+    meta = raw.get("meta_info")
+    if not isinstance(meta, dict):
+        raise SGLangResponseError("/generate reply has no meta_info object")
+    finish = meta.get("finish_reason")
+    if not isinstance(finish, dict) or finish.get("type") not in ("stop", "length", "abort"):
+        raise SGLangResponseError(f"/generate reply has an unknown finish_reason {finish!r}")
+    if not is_token_id_list(output_ids):
+        raise SGLangResponseError("/generate reply has no output_ids list of token ids")
+    if finish["type"] != "abort":
+        if not output_ids:
+            raise SGLangResponseError("/generate reply finished without generating any token")
+        prompt_tokens = meta.get("prompt_tokens")
+        if expanded and type(prompt_tokens) is int and prompt_tokens >= sent:
+            pass
+        elif prompt_tokens != sent:
+            raise SGLangResponseError(f"server counted {prompt_tokens!r} prompt tokens, {sent} were sent")
+    return output_ids, meta, finish
+
+
 def _parse_reply(
     raw: dict[str, Any],
     input_ids: Sequence[int],
@@ -194,24 +215,8 @@ def _parse_reply(
     ``expanded``: the request carried images, so the server counts the prompt after expanding each placeholder
     (at least one token per image).
     """
-    output_ids = raw.get("output_ids")
-    meta = raw.get("meta_info")
-    if not isinstance(meta, dict):
-        raise SGLangResponseError("/generate reply has no meta_info object")
-    finish = meta.get("finish_reason")
-    if not isinstance(finish, dict) or finish.get("type") not in ("stop", "length", "abort"):
-        raise SGLangResponseError(f"/generate reply has an unknown finish_reason {finish!r}")
+    output_ids, meta, finish = _checked_header(raw, len(input_ids), expanded)
     finish_type = cast(FinishReason, finish["type"])
-    if not is_token_id_list(output_ids):
-        raise SGLangResponseError("/generate reply has no output_ids list of token ids")
-    if finish_type != "abort":
-        if not output_ids:
-            raise SGLangResponseError("/generate reply finished without generating any token")
-        prompt_tokens = meta.get("prompt_tokens")
-        if expanded and type(prompt_tokens) is int and prompt_tokens >= len(input_ids):
-            pass
-        elif prompt_tokens != len(input_ids):
-            raise SGLangResponseError(f"server counted {prompt_tokens!r} prompt tokens, {len(input_ids)} were sent")
 
     output_logprobs = prompt_logprobs = None
     if want_logprobs and finish_type != "abort":

@@ -12,15 +12,15 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from tokenizers import AddedToken
 from transformers import PreTrainedTokenizerFast
 
-from .chat_templates import real_chat_template
-from .tokenizers import build_qwen3_tokenizer
+from strands_tito.chat_templates import real_chat_template
+from strands_tito.tokenizers import build_qwen3_tokenizer
 
-__all__ = ["FAMILIES", "Family", "family", "family_tokenizer"]
+__all__ = ["FAMILIES", "Family", "family", "family_tokenizer", "template_defaults"]
 
 _QWEN_STOPS: Final = ("<|im_end|>", "<|endoftext|>")
 _GLM_TOKENS: Final = (
@@ -66,6 +66,9 @@ class Family:
         thinking: The template takes ``enable_thinking``.
         always_thinks: The model always reasons (its generation prompt opens the think block).
         differences: Known, documented places where the token-in/token-out prompt differs from a re-render.
+        template_kwargs: Template arguments the family's model is served with by default (QwQ: ``enable_thinking``),
+            used wherever the template is rendered and the caller passes none (:func:`template_defaults`).
+        signature: A piece of the template's text that identifies it, for :func:`template_defaults`.
     """
 
     name: str
@@ -78,6 +81,8 @@ class Family:
     thinking: bool = False
     always_thinks: bool = False
     differences: tuple[str, ...] = field(default_factory=tuple)
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
+    signature: str | None = None
 
 
 _EMPTY_THINK = (
@@ -97,6 +102,10 @@ FAMILIES: Final[dict[str, Family]] = {
         ),
         Family(
             "qwq", "Qwen-QwQ-32B", "hermes", _QWEN_STOPS, always_thinks=True,
+            # The llama.cpp copy closes the generation prompt's think block ("<think>\n</think>") unless
+            # enable_thinking is passed; QwQ always reasons, so it is served with enable_thinking=True.
+            template_kwargs={"enable_thinking": True},
+            signature="{%- if not enable_thinking -%}{{- '</think>' -}}{%- endif -%}",
             differences=(
                 "the template drops the reasoning of every earlier assistant turn, even within a user turn; "
                 "token-in/token-out keeps it as generated",
@@ -115,7 +124,8 @@ FAMILIES: Final[dict[str, Family]] = {
             special_tokens=_GLM_TOKENS, thinking=True,
             differences=(f"{_DROPS_REASONING} (the template writes their <think>R</think> as a bare </think>)",),
         ),
-        # The llama.cpp copies of Kimi-K2-Instruct/-Thinking change lists: rendered as in strands_tito.rendering.
+        # The llama.cpp copies of Kimi-K2-Instruct/-Thinking change lists: rendered as in
+        # strands_tito.providers.rendering.
         Family("kimi-k2", "Kimi-K2-Instruct", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
         Family("kimi-k2-0711", "moonshotai-Kimi-K2", "kimi_k2", ("<|im_end|>",), special_tokens=_KIMI_TOKENS),
         Family(
@@ -168,6 +178,20 @@ def family(name: str) -> Family:
     if found is None:
         raise ValueError(f"unknown model family {name!r}; known: {sorted(FAMILIES)}")
     return found
+
+
+def template_defaults(chat_template: str | None) -> dict[str, Any]:
+    """The template arguments a family's template is rendered with by default (``{}`` for most templates).
+
+    The llama.cpp copy of QwQ's template writes ``<think>\n</think>`` as its generation prompt unless
+    ``enable_thinking=True`` is passed, so a QwQ-like template (recognized by its text) gets that by default.
+    """
+    if not chat_template:
+        return {}
+    for spec in FAMILIES.values():
+        if spec.signature is not None and spec.signature in chat_template:
+            return dict(spec.template_kwargs)
+    return {}
 
 
 @functools.cache

@@ -6,14 +6,14 @@
 
 * ``on_end`` puts a span on a bounded in-memory queue and returns (no I/O while the collector keeps up);
 * one sender thread exports batches with the configured OTLP exporter. A batch the exporter gives up on (collector
-  down, paused, refusing) is appended to the disk spool (:mod:`strands_tito.spool`); when the queue passes its high
-  water mark (the sender is stuck in a slow export), ``on_end`` moves the oldest spans there itself;
+  down, paused, refusing) is appended to the disk spool (:mod:`strands_tito.capture.spool`); when the queue passes its
+  high water mark (the sender is stuck in a slow export), ``on_end`` moves the oldest spans there itself;
 * while the spool holds records the sender resends them, oldest first, with backoff, before anything newer;
 * a span is refused only past the hard limit on undelivered bytes (memory and disk together,
   ``STRANDS_TITO_SPOOL_MAX_BYTES``). End signals and rewards have a reserve on top, so that only turn and call spans
-  are ever dropped; each drop is counted for its trajectory (:func:`strands_tito.capture.note_dropped`), reported
-  once per trajectory on stderr, and carried by the trajectory's end signal, so the collector's record says exactly
-  which turns are missing;
+  are ever dropped; each drop is counted for its trajectory (:func:`strands_tito.capture.recorder.note_dropped`),
+  reported once per trajectory on stderr, and carried by the trajectory's end signal, so the collector's record says
+  exactly which turns are missing;
 * ``force_flush`` waits until everything is acknowledged (so a collector that holds its acknowledgement, as under
   Agent Lightning, still holds the exit) or until its deadline, then writes what is left to the spool and returns;
   ``shutdown`` does the same without waiting. The next process with the same spool key resends it.
@@ -34,9 +34,9 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from . import spans as schema
-from .capture import note_dropped
-from .spool import Spool, SpoolError, decode_request, encode_request
+from strands_tito import spans
+from strands_tito.capture.recorder import note_dropped
+from strands_tito.capture.spool import Spool, SpoolError, decode_request, encode_request
 
 logger = logging.getLogger(__name__)
 
@@ -139,10 +139,10 @@ class SpoolingSpanProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Queue a finished strands-tito span (other spans are ignored); never blocks on the network."""
         attributes = span.attributes or {}
-        if not schema.is_tito_span(attributes):
+        if not spans.is_tito_span(attributes):
             return
         size = estimate_size(span)
-        small = attributes.get(schema.KIND) in ("end", "reward")
+        small = attributes.get(spans.KIND) in ("end", "reward")
         with self._cond:
             held = self._queued_bytes + self.spool.pending_bytes
             if self._forked or held + size > self.max_bytes + (RESERVE_BYTES if small else 0):
@@ -209,13 +209,13 @@ class SpoolingSpanProcessor(SpanProcessor):
 
     def _drop(self, span: ReadableSpan, attributes: Any, held: int) -> None:
         self.dropped += 1
-        trajectory_id = str(attributes.get(schema.TRAJECTORY_ID, ""))
-        index = attributes.get(schema.TURN_INDEX, attributes.get(schema.CALL_INDEX))
+        trajectory_id = str(attributes.get(spans.TRAJECTORY_ID, ""))
+        index = attributes.get(spans.TURN_INDEX, attributes.get(spans.CALL_INDEX))
         note_dropped(trajectory_id, index if isinstance(index, int) else None)
         if trajectory_id not in self._reported:
             self._reported.add(trajectory_id)
             sys.stderr.write(
-                f"strands-tito: dropped a {attributes.get(schema.KIND)} span of trajectory {trajectory_id}: "
+                f"strands-tito: dropped a {attributes.get(spans.KIND)} span of trajectory {trajectory_id}: "
                 f"{held} bytes of spans are waiting for the collector (limit {ENV_MAX_BYTES}={self.max_bytes}); "
                 "its end signal will name what is missing\n"
             )
@@ -350,7 +350,7 @@ class OtlpCaptureProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         """Route by whether the span carries strands-tito data."""
-        if schema.is_tito_span(span.attributes or {}):
+        if spans.is_tito_span(span.attributes or {}):
             self.tito.on_end(span)
         else:
             self.others.on_end(span)

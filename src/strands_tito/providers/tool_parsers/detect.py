@@ -12,14 +12,15 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .base import ToolParser
+from strands_tito.errors import StrandsTitoError
+from strands_tito.providers.tool_parsers.base import ToolParser
 
 __all__ = ["ToolParserDetectionError", "detect_tool_parser", "foreign_markup", "warn_foreign_markup"]
 
 logger = logging.getLogger(__name__)
 
 
-class ToolParserDetectionError(ValueError):
+class ToolParserDetectionError(StrandsTitoError, ValueError):
     """The tool-call format could not be told from the tokenizer; name a parser explicitly."""
 
 

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import ToolCall, ToolParser, new_call_id
-from .detect import ToolParserDetectionError, detect_tool_parser, foreign_markup
-from .detect import warn_foreign_markup as _warn_foreign_markup
-from .harmony import GptOssToolParser
-from .hermes import HermesToolParser
-from .llama import Llama3JsonToolParser
-from .sections import DeepSeekV31ToolParser, KimiK2ToolParser
-from .xml import GLMToolParser, MiniMaxM2ToolParser, QwenXMLToolParser
+from strands_tito.providers.tool_parsers.base import ToolCall, ToolParser, new_call_id
+from strands_tito.providers.tool_parsers.detect import ToolParserDetectionError, detect_tool_parser, foreign_markup
+from strands_tito.providers.tool_parsers.detect import warn_foreign_markup as _warn_foreign_markup
+from strands_tito.providers.tool_parsers.harmony import GptOssToolParser
+from strands_tito.providers.tool_parsers.hermes import HermesToolParser
+from strands_tito.providers.tool_parsers.llama import Llama3JsonToolParser
+from strands_tito.providers.tool_parsers.sections import DeepSeekV31ToolParser, KimiK2ToolParser
+from strands_tito.providers.tool_parsers.xml import GLMToolParser, MiniMaxM2ToolParser, QwenXMLToolParser
 
 #: strands-sglang 0.6.2's name for one parsed call; the same type as :class:`ToolCall`.
 ToolParseResult = ToolCall

@@ -7,7 +7,7 @@ from typing import Any
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
-from .client import SGLangClient
+from strands_tito.providers.client import SGLangClient
 
 
 @functools.cache

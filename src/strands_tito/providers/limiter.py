@@ -10,8 +10,10 @@ from typing import Any
 from strands.hooks import BeforeToolCallEvent, HookProvider, HookRegistry, MessageAddedEvent
 from strands.types.exceptions import EventLoopException
 
+from strands_tito.errors import StrandsTitoError
 
-class LoopLimitReachedError(EventLoopException):
+
+class LoopLimitReachedError(EventLoopException, StrandsTitoError):
     """Base class: the agent loop was stopped by :class:`LoopLimiter` (or :class:`ToolLimiter`).
 
     It derives from Strands' ``EventLoopException`` so the agent re-raises it as it is instead of wrapping it.

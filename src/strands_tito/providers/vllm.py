@@ -13,8 +13,8 @@ vLLM endpoints can do that:
 ``"generate"`` fails with an error naming ``--enable-scale-out`` instead; ``"completions"`` never tries the first.
 
 Everything else (per-agent trajectories, incremental prompts, strict tool parsing, context-window fitting, capture
-on spans, error mapping) is shared with :class:`~strands_tito.sglang.SGLangModel` through
-:class:`~strands_tito.token_model.TokenModel`.
+on spans, error mapping) is shared with :class:`~strands_tito.providers.sglang.SGLangModel` through
+:class:`~strands_tito.providers.token_model.TokenModel`.
 """
 
 from __future__ import annotations
@@ -31,15 +31,10 @@ from typing import Any, ClassVar, Literal, cast
 from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
-from .client import (
-    SGLangClient,
-    SGLangContextLengthError,
-    SGLangDecodingError,
-    SGLangHTTPError,
-    _until_cancelled,
-)
-from .reply_checks import checked_logprobs, finite_logprobs, keyed_logprobs
-from .token_model import (
+from strands_tito.errors import ContextLengthError, ReplyDecodingError, ServerHTTPError
+from strands_tito.providers.client import TokenClient, _until_cancelled
+from strands_tito.providers.reply_checks import checked_logprobs, finite_logprobs, keyed_logprobs
+from strands_tito.providers.token_model import (
     Generation,
     GenerationRequest,
     ImagesNotSupportedError,
@@ -49,8 +44,8 @@ from .token_model import (
     check_token_ids,
     finite_logprob,
 )
-from .tool_parsers import ToolParser
-from .trajectory import FinishReason
+from strands_tito.providers.tool_parsers import ToolParser
+from strands_tito.trajectory import FinishReason
 
 __all__ = [
     "COMPLETIONS_PATH",
@@ -70,7 +65,7 @@ COMPLETIONS_PATH = "/v1/completions"
 Endpoint = Literal["auto", "generate", "completions"]
 _ENDPOINTS: tuple[str, ...] = ("auto", "generate", "completions")
 # vLLM's 400 messages for prompts that do not fit (v0.32: the tokens endpoint's renderer, the OpenAI endpoints and
-# get_max_tokens); the SGLang markers of SGLangClient cover "maximum context length" already.
+# get_max_tokens); the SGLang markers of TokenClient cover "maximum context length" already.
 _CONTEXT_MARKERS = (
     "maximum context length",
     "longer than the maximum model length",
@@ -90,7 +85,7 @@ class VLLMAbortedError(TokenAbortedError):
     """vLLM aborted the generation (``finish_reason`` ``"abort"`` or ``"error"``): an error, never a normal turn."""
 
 
-class VLLMEndpointError(SGLangHTTPError):
+class VLLMEndpointError(ServerHTTPError):
     """The server refuses or lacks the endpoint the configuration needs; the message names the vLLM flag to add."""
 
 
@@ -121,23 +116,24 @@ class VLLMConfig(BaseModelConfig, total=False):
     enable_thinking: bool | None
 
 
-class VLLMClient(SGLangClient):
-    """Async client for one vLLM server: the pooling, retries, deadline and cancellation of :class:`SGLangClient`,
+class VLLMClient(TokenClient):
+    """Async client for one vLLM server: the pooling, retries, deadline and cancellation of :class:`TokenClient`,
     with vLLM's endpoints and vLLM's wording in errors.
 
-    Errors keep their classes (:class:`SGLangContextLengthError` for prompts that do not fit, including vLLM's own
-    messages; :class:`SGLangThrottledError`; :class:`SGLangHTTPError`), so the model maps them like SGLang's.
+    Errors are the backend-neutral classes of :mod:`strands_tito.errors` (:class:`ContextLengthError` for prompts
+    that do not fit, including vLLM's own messages; :class:`ThrottledError`; :class:`ServerHTTPError`), so the model
+    maps them like SGLang's.
     """
 
     async def request_json(self, method: str, path: str, payload: Any = None) -> Any:
-        """Send one request with retries (see :meth:`SGLangClient.request_json`); errors name vLLM and its flags."""
+        """Send one request with retries (see :meth:`TokenClient.request_json`); errors name vLLM and its flags."""
         try:
             return await super().request_json(method, path, payload)
-        except SGLangHTTPError as e:
+        except ServerHTTPError as e:
             body = e.body
             context = e.status == 400 and any(marker in body.lower() for marker in _CONTEXT_MARKERS)
-            if context or isinstance(e, SGLangContextLengthError):
-                raise SGLangContextLengthError(
+            if context or isinstance(e, ContextLengthError):
+                raise ContextLengthError(
                     e.status,
                     body,
                     f"vLLM returned HTTP 400 on {path}: the prompt does not fit the context window "
@@ -155,11 +151,11 @@ class VLLMClient(SGLangClient):
         request = self.request_json("POST", path, payload)
         reply = await (request if cancel_signal is None else _until_cancelled(request, cancel_signal))
         if not isinstance(reply, dict):
-            raise SGLangDecodingError(f"{path} returned a JSON {type(reply).__name__}, expected an object")
+            raise ReplyDecodingError(f"{path} returned a JSON {type(reply).__name__}, expected an object")
         return reply
 
 
-def _endpoint_missing(error: SGLangHTTPError) -> bool:
+def _endpoint_missing(error: ServerHTTPError) -> bool:
     """403 from a server without ``--enable-scale-out``; 404/405 (FastAPI's own body) from one without the route."""
     if error.status == 403:
         return True
@@ -170,15 +166,15 @@ class VLLMModel(TokenModel):
     """Strands model provider that sends token IDs to vLLM and records the exact token trajectory.
 
     ``VLLMModel(tokenizer=..., base_url=..., model_id=..., tool_parser=..., sampling_params=...)``, or with
-    ``client=`` a shared :class:`VLLMClient`. The same ``token_manager`` / ``trajectory_of`` / ``reset()`` surface,
-    trajectory type and span schema as :class:`~strands_tito.sglang.SGLangModel`.
+    ``client=`` a shared :class:`VLLMClient`. The same ``trajectory`` / ``trajectory_of`` / ``reset()`` surface,
+    trajectory type and span schema as :class:`~strands_tito.providers.sglang.SGLangModel`.
 
     Args:
         tokenizer: The policy's Hugging Face tokenizer, with its chat template (the one vLLM serves).
         base_url: Server URL (``http://host:8000``), used to create a client when ``client`` is not given.
         model_id: The served model name (see :class:`VLLMConfig`).
         tool_parser: How tool calls are read from output text: a parser, a registry name, or ``"auto"`` (the
-            default: chosen from the tokenizer's chat template, see ``strands_tito.tool_parsers``).
+            default: chosen from the tokenizer's chat template, see ``strands_tito.providers.tool_parsers``).
         sampling_params: vLLM sampling parameters.
         client: A :class:`VLLMClient`; shared clients pool connections across models.
         **config: Other :class:`VLLMConfig` keys.
@@ -192,6 +188,7 @@ class VLLMModel(TokenModel):
     default_sampling_params: ClassVar[dict[str, Any]] = {}
     response_error = VLLMResponseError
     aborted_error = VLLMAbortedError
+    config_type = VLLMConfig
 
     client: VLLMClient
     config: VLLMConfig
@@ -259,7 +256,7 @@ class VLLMModel(TokenModel):
         if self.endpoint_in_use == GENERATE_PATH:
             try:
                 return await self._via_generate(request)
-            except SGLangHTTPError as e:
+            except ServerHTTPError as e:
                 if not _endpoint_missing(e):
                     raise
                 if self.config.get("endpoint", "auto") == "generate":

@@ -38,7 +38,8 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace.status import Status, StatusCode
 
-from .otlp import attributes_of
+from strands_tito.errors import StrandsTitoError
+from strands_tito.otlp import attributes_of
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ class _Segment:
         return self.path.with_suffix(".pos")
 
 
-class SpoolError(OSError):
+class SpoolError(StrandsTitoError, OSError):
     """The spool directory cannot be used."""
 
 

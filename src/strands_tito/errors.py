@@ -1,0 +1,113 @@
+"""The one error root of strands-tito, and the backend-neutral errors of a generation request.
+
+Every exception the project raises on purpose derives from :class:`StrandsTitoError`, so ``except
+StrandsTitoError`` catches all of them (and nothing from Strands, httpx or Python itself). Most also keep the builtin
+base they always had (``ValueError``, ``RuntimeError``, ``OSError``) so existing ``except`` clauses still match; the
+loop-limit errors also derive from Strands' ``EventLoopException`` so the agent re-raises them as they are.
+
+This module is on the bottom layer: it imports nothing of the project and no framework. Classes are defined where
+they are raised (the module in brackets) and stay importable from there; the generation errors are defined here.
+
+The hierarchy (``A = B`` is one class under two names: the ``SGLang*`` names are the documented names for SGLang
+users and the names strands-sglang 0.6 had; both backends raise the same classes by design, so one ``except`` works
+for SGLang and vLLM alike)::
+
+    StrandsTitoError
+    ├── GenerationError = SGLangClientError          a model call failed; nothing was recorded
+    │   ├── ServerHTTPError = SGLangHTTPError           the server answered an error status (.status, .body)
+    │   │   ├── ContextLengthError = SGLangContextLengthError   the prompt does not fit the context window
+    │   │   ├── ThrottledError = SGLangThrottledError          429/503 through every retry
+    │   │   └── VLLMEndpointError (vllm)               vLLM refuses or lacks the endpoint the config needs
+    │   ├── ServerConnectionError = SGLangConnectionError   unreachable, or the connection broke mid-reply
+    │   ├── ReplyDecodingError = SGLangDecodingError     200 with a body that is not the expected JSON
+    │   ├── RequestCancelledError = SGLangCancelledError  the caller's cancel signal was set
+    │   ├── TokenResponseError (token_model)           the reply breaks the protocol
+    │   │   ├── SGLangResponseError (sglang)
+    │   │   └── VLLMResponseError (vllm)
+    │   ├── TokenAbortedError (token_model)            the server aborted the generation
+    │   │   ├── SGLangAbortedError (sglang)
+    │   │   └── VLLMAbortedError (vllm)
+    │   ├── HistoryRewrittenError (token_model)        the agent's history is no longer append-only
+    │   └── ImagesNotSupportedError (token_model)      images for a provider or model that cannot take them
+    ├── HTTPTransportError (connection_pool)         the lean HTTP/1.1 pool's own failures (mapped by the client)
+    │   └── HTTPTimeout
+    ├── PromptError (prompt), also ValueError        the messages cannot be rendered to tokens
+    ├── ToolParserDetectionError (tool_parsers.detect), also ValueError   no tool parser fits the tokenizer
+    ├── TemplateFetchError (chat_templates), also RuntimeError   a chat template could not be fetched
+    ├── TrajectoryError (trajectory), also ValueError   a turn or record breaks the trajectory's invariants
+    ├── SpanSchemaError (spans), also ValueError     a span does not follow the span schema
+    ├── ImageSchemaError (span_images), also ValueError
+    ├── OTLPDecodeError (otlp), also ValueError
+    ├── CaptureConfigError (capture), also RuntimeError
+    ├── SpoolError (spool), also OSError
+    ├── LoopLimitReachedError = ToolLimitReachedError (limiter), also strands' EventLoopException
+    │   ├── MaxToolIterationsReachedError
+    │   ├── MaxToolCallsReachedError
+    │   └── MaxMessagesReachedError
+    ├── BindError (collector.service), also OSError
+    ├── PayloadTooLarge (collector.ingest), also ValueError
+    ├── ExporterConfigError (exporters.base), also RuntimeError
+    └── AgentLightningError (exporters.agentlightning), also RuntimeError
+        └── AgentLightningAuthError
+
+The local engine (``strands_tito.engine``, a test/dev server) keeps its own protocol errors; they never reach a user
+of the providers.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ContextLengthError",
+    "GenerationError",
+    "ReplyDecodingError",
+    "RequestCancelledError",
+    "ServerConnectionError",
+    "ServerHTTPError",
+    "StrandsTitoError",
+    "ThrottledError",
+]
+
+
+class StrandsTitoError(Exception):
+    """Root of every strands-tito error (see the module docs for the whole hierarchy)."""
+
+
+class GenerationError(StrandsTitoError):
+    """A model call failed: the server could not be reached or refused, or its reply cannot be used.
+
+    ``SGLangClientError`` is this class's name for SGLang users (and strands-sglang 0.6's); vLLM raises it too.
+    """
+
+
+class ServerHTTPError(GenerationError):
+    """The server answered with an error status.
+
+    Attributes:
+        status: HTTP status code.
+        body: Response body as text.
+    """
+
+    def __init__(self, status: int, body: str, message: str | None = None) -> None:
+        self.status = status
+        self.body = body
+        super().__init__(message or f"SGLang returned HTTP {status}: {body[:500]}")
+
+
+class ContextLengthError(ServerHTTPError):
+    """The prompt (plus requested new tokens) does not fit the model's context window."""
+
+
+class ThrottledError(ServerHTTPError):
+    """The server is overloaded (429/503) and stayed so until the retries ran out."""
+
+
+class ServerConnectionError(GenerationError):
+    """The server could not be reached, or the connection broke before a full reply arrived."""
+
+
+class ReplyDecodingError(GenerationError):
+    """The server answered 200 with a body that is not valid JSON (or not the JSON shape expected)."""
+
+
+class RequestCancelledError(GenerationError):
+    """The caller's cancel signal was set while the request was in flight; the request was abandoned."""
