@@ -291,7 +291,7 @@ class TokenClient:
         if cancel_signal is None:
             reply = await request
         else:
-            reply = await _until_cancelled(request, cancel_signal)
+            reply = await until_cancelled(request, cancel_signal)
         if not isinstance(reply, dict):
             raise ReplyDecodingError(f"/generate returned a JSON {type(reply).__name__}, expected an object")
         return reply
@@ -392,7 +392,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_CancelWatch.after_fork)
 
 
-async def _until_cancelled[T](coro: Any, cancel_signal: threading.Event) -> T:
+async def until_cancelled[T](coro: Any, cancel_signal: threading.Event) -> T:
     """Await ``coro`` unless ``cancel_signal`` (a thread-safe flag) is set first; then cancel it.
 
     The flag is watched by a thread blocked on it (:class:`_CancelWatch`), so a request in flight costs the loop
