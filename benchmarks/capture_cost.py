@@ -160,6 +160,27 @@ SETTINGS: tuple[tuple[str, dict[str, str]], ...] = (
     ("capture", {"STRANDS_TITO_CAPTURE": "1", "BENCH_TRACING": "1"}),
     ("capture+content", {"STRANDS_TITO_CAPTURE": "1", "BENCH_TRACING": "1", "STRANDS_TITO_SPAN_CONTENT": "1"}),
 )
+# --candidates: capture with other Strands switches for the text-off case (a value the user sets is kept as it is).
+CANDIDATES: tuple[tuple[str, dict[str, str]], ...] = (
+    (
+        "capture/latest",
+        {
+            "STRANDS_TITO_CAPTURE": "1",
+            "BENCH_TRACING": "1",
+            "OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental,gen_ai_unredacted_attributes=",
+        },
+    ),
+    (
+        "capture/latest+attrs",
+        {
+            "STRANDS_TITO_CAPTURE": "1",
+            "BENCH_TRACING": "1",
+            "OTEL_SEMCONV_STABILITY_OPT_IN": (
+                "gen_ai_latest_experimental,gen_ai_span_attributes_only,gen_ai_unredacted_attributes="
+            ),
+        },
+    ),
+)
 
 
 def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int) -> dict[str, Any]:
@@ -253,7 +274,9 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     }
 
 
-def part3(sizes: list[int], calls: int, rounds: int) -> list[dict[str, Any]]:
+def part3(
+    sizes: list[int], calls: int, rounds: int, settings: tuple[tuple[str, dict[str, str]], ...] = SETTINGS
+) -> list[dict[str, Any]]:
     script = Path(__file__).resolve().parent / "_engine_script.json"
     call = '<tool_call>\n{"name": "noop", "arguments": {"x": 1}}\n</tool_call>'
     script.write_text(json.dumps({"scripts": [], "default": {"text": call}}))
@@ -264,10 +287,10 @@ def part3(sizes: list[int], calls: int, rounds: int) -> list[dict[str, Any]]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "STRANDS_TITO_"))}
     try:
         for n in sizes:
-            measured: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in SETTINGS}
-            sent: dict[str, int] = {label: 0 for label, _ in SETTINGS}
+            measured: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in settings}
+            sent: dict[str, int] = {label: 0 for label, _ in settings}
             for round_ in range(rounds):
-                for label, extra in SETTINGS if round_ % 2 == 0 else SETTINGS[::-1]:
+                for label, extra in settings if round_ % 2 == 0 else settings[::-1]:
                     engine = _start_engine(script)  # fresh: same server state for every worker
                     try:
                         before = _Sink.received
@@ -292,7 +315,7 @@ def part3(sizes: list[int], calls: int, rounds: int) -> list[dict[str, Any]]:
                         f"[capture_cost] {n} tokens, {label}: {result['cpu_ms_per_call']:.2f} ms/call", file=sys.stderr
                     )
             row: dict[str, Any] = {"tokens": n}
-            for label, _ in SETTINGS:
+            for label, _ in settings:
                 results = measured[label]
                 calls_made = sum(r["calls"] + calls for r in results)  # + the warm-up episode's calls
                 row[label] = {
@@ -396,10 +419,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--write", type=Path)
     parser.add_argument("--worker", nargs=4)
+    parser.add_argument("--part3-only", action="store_true", help="only the real-agent comparison (printed as JSON)")
+    parser.add_argument("--sizes", help="part 3 context sizes, comma-separated tokens (default 1024,8192,32768)")
+    parser.add_argument("--rounds", type=int, help="part 3 rounds (default 2)")
+    parser.add_argument("--candidates", action="store_true", help="part 3 also with other Strands switches")
     args = parser.parse_args()
     if args.worker:
         url, sink, n, calls = args.worker
         print(json.dumps(part3_worker(url, sink, int(n), int(calls))))
+        return
+    if args.part3_only:
+        p3_sizes = [int(x) for x in (args.sizes or "1024,8192,32768").split(",")]
+        settings = SETTINGS + CANDIDATES if args.candidates else SETTINGS
+        print(json.dumps(part3(p3_sizes, calls=20, rounds=args.rounds or 2, settings=settings), indent=1))
         return
     sizes = [8_192, 32_768] if args.quick else [8_192, 32_768, 131_072]
     p1 = part1([*sizes, 100_000], repeat=5 if args.quick else 20)

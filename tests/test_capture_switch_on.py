@@ -26,7 +26,13 @@ import pytest
 from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.capture import recorder as capture
-from strands_tito.capture.switch_on import ENV_SPAN_CONTENT, CaptureRequest, keep_content_off_spans, parse_capture
+from strands_tito.capture.switch_on import (
+    CONTENT_OFF,
+    ENV_SPAN_CONTENT,
+    CaptureRequest,
+    keep_content_off_spans,
+    parse_capture,
+)
 from strands_tito.engine import EngineRecord, LocalEngine, Reply, Script
 from strands_tito.otlp import ReceivedSpan, iter_spans, parse_request
 from strands_tito.trajectory import Trajectory
@@ -304,7 +310,8 @@ def test_conversation_text_is_off_spans_unless_asked(engine, sinks, env, content
 
 def test_content_setting_respects_the_users_value() -> None:
     env: dict[str, str] = {}
-    assert keep_content_off_spans(env) and env == {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_unredacted_attributes="}
+    assert keep_content_off_spans(env) and env == {"OTEL_SEMCONV_STABILITY_OPT_IN": CONTENT_OFF}
+    assert "gen_ai_unredacted_attributes=" in CONTENT_OFF.split(",")
     env = {"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}
     assert not keep_content_off_spans(env) and env["OTEL_SEMCONV_STABILITY_OPT_IN"] == "gen_ai_latest_experimental"
     env = {ENV_SPAN_CONTENT: "true"}

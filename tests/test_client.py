@@ -20,7 +20,7 @@ from strands_tito import (
     get_client_from_slime_args,
 )
 from strands_tito.engine import Fault, LocalEngine, Reply, Script
-from strands_tito.providers.client import SGLangCancelledError, classify_http_error
+from strands_tito.providers.client import SGLangCancelledError, _CancelWatch, until_cancelled, classify_http_error
 
 from .conftest import fast_client
 
@@ -109,6 +109,34 @@ async def test_cancel_signal_drops_the_request(start_engine) -> None:  # type: i
             break
         await asyncio.sleep(0.05)
     assert engine.records[0].disconnected
+
+
+async def test_cancel_signal_watch_serves_every_request_without_polling() -> None:
+    """One thread per signal: it cancels every request in flight under it at once, and ends when idle."""
+    signal = threading.Event()
+    started = time.process_time()
+
+    async def slow() -> str:
+        await asyncio.sleep(0.4)
+        return "done"
+
+    assert await until_cancelled(slow(), signal) == "done"  # a request that ends normally
+    assert time.process_time() - started < 0.1  # no per-check loop wake-ups while it ran
+    asyncio.get_running_loop().call_later(0.1, signal.set)
+    results = await asyncio.gather(
+        *(until_cancelled(asyncio.sleep(5), signal) for _ in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(r, SGLangCancelledError) for r in results)
+    with pytest.raises(SGLangCancelledError):  # a signal left set cancels the next request too
+        await until_cancelled(asyncio.sleep(5), signal)
+    quiet = threading.Event()
+    watch = _CancelWatch.register(quiet, asyncio.ensure_future(asyncio.sleep(0)), lambda: None, idle=0.05)
+    watch.discard(next(iter(watch.pending)))
+    for _ in range(40):
+        if id(quiet) not in _CancelWatch.watches:
+            break
+        await asyncio.sleep(0.05)
+    assert id(quiet) not in _CancelWatch.watches
 
 
 async def test_probes_cache_success_only(start_engine) -> None:  # type: ignore[no-untyped-def]

@@ -126,7 +126,10 @@ SEMCONV_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
 #: Strands' own redaction switch with an empty allow-list: every message-content attribute and event value
 #: (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.system_instructions``, tool arguments and
 #: results) becomes ``[REDACTED]``. The token ids on the chat spans already hold what the model saw and produced.
-CONTENT_OFF = "gen_ai_unredacted_attributes="
+#: With it, the latest GenAI conventions recorded as span attributes: Strands still serializes the content before
+#: redacting it, but once per span (one JSON of the messages) instead of once per message plus one span event each;
+#: the cheapest of its settings (BENCHMARKS.md, "Trace capture cost"). The collector reads no Strands attribute.
+CONTENT_OFF = "gen_ai_latest_experimental,gen_ai_span_attributes_only,gen_ai_unredacted_attributes="
 
 
 def keep_content_off_spans(environ: dict[str, str] | None = None) -> bool:

@@ -32,7 +32,7 @@ from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.errors import ContextLengthError, ReplyDecodingError, ServerHTTPError
-from strands_tito.providers.client import TokenClient, _until_cancelled
+from strands_tito.providers.client import TokenClient, until_cancelled
 from strands_tito.providers.reply_checks import checked_logprobs, finite_logprobs, keyed_logprobs
 from strands_tito.providers.token_model import (
     Generation,
@@ -149,7 +149,7 @@ class VLLMClient(TokenClient):
     ) -> dict[str, Any]:
         """POST a JSON object and return the reply object (not yet validated); honours ``cancel_signal``."""
         request = self.request_json("POST", path, payload)
-        reply = await (request if cancel_signal is None else _until_cancelled(request, cancel_signal))
+        reply = await (request if cancel_signal is None else until_cancelled(request, cancel_signal))
         if not isinstance(reply, dict):
             raise ReplyDecodingError(f"{path} returned a JSON {type(reply).__name__}, expected an object")
         return reply
