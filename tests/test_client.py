@@ -20,7 +20,7 @@ from strands_tito import (
     get_client_from_slime_args,
 )
 from strands_tito.engine import Fault, LocalEngine, Reply, Script
-from strands_tito.providers.client import SGLangCancelledError, _CancelWatch, until_cancelled, classify_http_error
+from strands_tito.providers.client import SGLangCancelledError, _CancelWatch, classify_http_error, until_cancelled
 
 from .conftest import fast_client
 
