@@ -35,7 +35,7 @@ def measure(checkout: Path | None) -> tuple[float, float, int, str]:
     done = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, env=env, cwd=checkout or "/"
     )
-    ms, rss, modules, agent_side = (done.stdout.strip().split(" ") + [""])[:4]
+    ms, rss, modules, agent_side = [*done.stdout.strip().split(" "), ""][:4]
     return float(ms), float(rss), int(modules), agent_side or "-"
 
 
