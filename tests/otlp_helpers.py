@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections.abc import Iterable
@@ -118,3 +119,13 @@ def all_spans(t: Trajectory, reward: float | None = None) -> list[Span]:
     if reward is not None:
         spans.append(reward_span(t, reward))
     return [*spans, end_span(t)]
+
+
+def read_jsonl(path: os.PathLike[str] | str) -> list[dict[str, Any]]:
+    """The complete records of a JSONL file another process may still be appending to (a last line without its
+    newline is being written: it is left for the next read)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, "rb") as handle:
+        *complete, _partial = handle.read().split(b"\n")
+    return [json.loads(line) for line in complete]

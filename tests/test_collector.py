@@ -21,7 +21,7 @@ from strands_tito import spans as schema
 from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.trajectory import Trajectory
 
-from .otlp_helpers import all_spans, end_span, make_request, make_span, random_trajectory, turn_spans
+from .otlp_helpers import all_spans, end_span, make_request, make_span, random_trajectory, read_jsonl, turn_spans
 
 PB = {"Content-Type": "application/x-protobuf"}
 
@@ -50,10 +50,9 @@ def url(c: Collector) -> str:
 
 async def written(path: Path, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
     for _ in range(int(timeout / 0.05)):
-        if path.exists():
-            lines = [json.loads(x) for x in path.read_text().splitlines()]
-            if len(lines) >= count:
-                return lines
+        lines = read_jsonl(path)
+        if len(lines) >= count:
+            return lines
         await asyncio.sleep(0.05)
     raise AssertionError(f"{path} did not get {count} records")
 

@@ -9,7 +9,6 @@ come out exact, and it restarts on the same store.
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import threading
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from strands_tito import spans as schema
 from strands_tito.collector import Collector, CollectorConfig
 
-from .otlp_helpers import all_spans, any_value, make_request, make_span, random_trajectory, turn_spans
+from .otlp_helpers import all_spans, any_value, make_request, make_span, random_trajectory, read_jsonl, turn_spans
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 PB = {"Content-Type": "application/x-protobuf"}
@@ -113,7 +112,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
 def exact(running: Running, count: int, trajectories: list[Any]) -> None:
     path = running.tmp / "out.jsonl"
     for _ in range(200):
-        lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+        lines = read_jsonl(path)
         by_id = {x["trajectory_id"]: x for x in lines}
         if all(t.trajectory_id in by_id for t in trajectories):
             for t in trajectories:

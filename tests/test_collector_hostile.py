@@ -29,7 +29,7 @@ from .collector_hostile_cases import (
     TOKEN,
     VICTIM,
 )
-from .otlp_helpers import all_spans, end_span, make_request, random_trajectory, turn_spans
+from .otlp_helpers import all_spans, end_span, make_request, random_trajectory, read_jsonl, turn_spans
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 HTTP_EXPECT = {"ok": 200, "bad": 400, "auth": 401, "large": 413}
@@ -88,9 +88,9 @@ async def send_good(c: Collector, spans: list[Any]) -> None:
 
 async def records(path: Path, count: int) -> dict[str, dict[str, Any]]:
     for _ in range(200):
-        lines = path.read_text().splitlines() if path.exists() else []
+        lines = read_jsonl(path)
         if len(lines) >= count:
-            return {x["trajectory_id"]: x for x in map(json.loads, lines)}
+            return {x["trajectory_id"]: x for x in lines}
         await asyncio.sleep(0.05)
     raise AssertionError(f"{path} did not get {count} records")
 

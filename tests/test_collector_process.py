@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import os
 import random
 import re
@@ -29,7 +28,7 @@ from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.otlp import attributes_of
 from strands_tito.trajectory import Trajectory
 
-from .otlp_helpers import all_spans, make_request, random_trajectory
+from .otlp_helpers import all_spans, make_request, random_trajectory, read_jsonl
 
 PB = {"Content-Type": "application/x-protobuf"}
 
@@ -128,10 +127,10 @@ def send_all(bodies: list[bytes], port: Any, progress: list[int] | None = None) 
 def read_records(path: Path, count: int, timeout: float = 30) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        lines = path.read_text().splitlines() if path.exists() else []
+        lines = read_jsonl(path)
         if len(lines) >= count:
             time.sleep(0.5)  # anything more would be a duplicate
-            return [json.loads(x) for x in path.read_text().splitlines()]
+            return read_jsonl(path)
         time.sleep(0.1)
     raise AssertionError(f"only {len(lines)} of {count} records in {path}")
 
