@@ -170,3 +170,36 @@ def test_moved_modules_keep_their_old_paths() -> None:
         assert importlib.import_module("strands_tito.rollout").Rollout is trajectory.Rollout
     with pytest.warns(DeprecationWarning, match=r"strands_tito\.providers\.prompt"):
         assert importlib.import_module("strands_tito.prompt") is prompt
+
+
+#: Size limits (issue 13): a product module stays readable in one sitting, a function in one screen.
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 60
+LONG_REASON = "# long:"
+
+
+def long_functions(path: Path) -> list[str]:
+    """Functions (and methods) over ``MAX_FUNCTION_LINES`` lines, from ``def`` to their last line, that carry no
+    ``# long: <reason>`` comment on the line before their ``def`` (or decorators) or on their first body line."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: list[str] = []
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        length = (node.end_lineno or node.lineno) - node.lineno + 1
+        if length <= MAX_FUNCTION_LINES:
+            continue
+        start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        # The line before the def (or its decorators), then the signature's lines down to the first body line.
+        nearby = lines[max(start - 2, 0) : node.body[0].lineno]
+        if not any(line.strip().startswith(LONG_REASON) for line in nearby):
+            found.append(f"{node.name} ({length} lines, line {node.lineno})")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_and_function_sizes(name: str) -> None:
+    path = MODULES[name]
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines: split it"
+    assert not long_functions(path), f"split them, or write '{LONG_REASON} <reason>' next to the def"

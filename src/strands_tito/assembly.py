@@ -310,36 +310,9 @@ def build_record(
         if turn is None:
             problems.append(f"turn {index} is missing")
             break
-        if turn.prefix_length != len(trajectory) or turn.prefix_crc32 != trajectory.crc32:
-            problems.append(
-                f"turn {index} continues a {turn.prefix_length}-token prefix (crc {turn.prefix_crc32}) but the "
-                f"turns before it add up to {len(trajectory)} tokens (crc {trajectory.crc32})"
-            )
-            break
-        urls = [image.data_url() for image in turn.images]
-        if None in urls:
-            lost = [i for i, url in enumerate(urls) if url is None]
-            problems.append(
-                f"turn {index}: images {lost} were over the capture size limit (STRANDS_TITO_MAX_IMAGE_BYTES) and "
-                "were not captured"
-            )
-            break
-        try:
-            trajectory.append_turn(
-                turn.prompt_ids,
-                turn.output_ids,
-                finish_reason=cast(FinishReason, turn.finish_reason),
-                prompt_logprobs=turn.prompt_logprobs,
-                output_logprobs=turn.output_logprobs,
-                cached_tokens=turn.cached_tokens,
-                request_id=turn.request_id,
-                weight_version=turn.weight_version,
-                routed_experts=base64.b64encode(turn.routed_experts).decode() if turn.routed_experts else None,
-                image_data=cast(list[str], urls),
-                image_token_id=turn.image_token_id,
-            )
-        except TrajectoryError as e:
-            problems.append(f"turn {index} is invalid: {e}")
+        problem = chain_turn(trajectory, index, turn)
+        if problem is not None:
+            problems.append(problem)
             break
         model_id = model_id or turn.model_id
         errors.extend(turn.tool_parse_errors)
@@ -363,6 +336,39 @@ def build_record(
         model_id=model_id,
         tool_parse_errors=errors,
     )
+
+
+def chain_turn(trajectory: Trajectory, index: int, turn: TurnSpan) -> str | None:
+    """Append captured turn ``index`` to ``trajectory`` if it continues it exactly; else the problem (nothing added)."""
+    if turn.prefix_length != len(trajectory) or turn.prefix_crc32 != trajectory.crc32:
+        return (
+            f"turn {index} continues a {turn.prefix_length}-token prefix (crc {turn.prefix_crc32}) but the "
+            f"turns before it add up to {len(trajectory)} tokens (crc {trajectory.crc32})"
+        )
+    urls = [image.data_url() for image in turn.images]
+    if None in urls:
+        lost = [i for i, url in enumerate(urls) if url is None]
+        return (
+            f"turn {index}: images {lost} were over the capture size limit (STRANDS_TITO_MAX_IMAGE_BYTES) and "
+            "were not captured"
+        )
+    try:
+        trajectory.append_turn(
+            turn.prompt_ids,
+            turn.output_ids,
+            finish_reason=cast(FinishReason, turn.finish_reason),
+            prompt_logprobs=turn.prompt_logprobs,
+            output_logprobs=turn.output_logprobs,
+            cached_tokens=turn.cached_tokens,
+            request_id=turn.request_id,
+            weight_version=turn.weight_version,
+            routed_experts=base64.b64encode(turn.routed_experts).decode() if turn.routed_experts else None,
+            image_data=cast(list[str], urls),
+            image_token_id=turn.image_token_id,
+        )
+    except TrajectoryError as e:
+        return f"turn {index} is invalid: {e}"
+    return None
 
 
 def dropped_by_capture(end: EndSpan | None) -> list[str]:
@@ -438,6 +444,23 @@ def build_call_record(
 
     report = [check_prefix(k, ordered[k - 1], ordered[k]) for k in range(1, len(ordered))]
     trajectory = Trajectory(trajectory_id=tid)
+    merged = merge_calls(trajectory, ordered, report, problems)
+    return TrajectoryRecord(
+        trajectory_id=tid,
+        trajectory=trajectory,
+        complete=not problems,
+        reason="; ".join(problems) or None,
+        model_id=next((c.model_id for c in ordered if c.model_id), None),
+        calls=ordered,
+        prefix_report=report,
+        prefix_consistent=all(check.shares_prefix for check in report),
+        merged_calls=merged,
+    )
+
+
+def merge_calls(trajectory: Trajectory, ordered: list[CallSpan], report: list[PrefixCheck], problems: list[str]) -> int:
+    """Append calls to ``trajectory`` while each extends the one before; how many were merged (a call that cannot
+    be merged adds its problem to ``problems``)."""
     merged = 0
     for k, call in enumerate(ordered):
         if k and not report[k - 1].shares_prefix:
@@ -454,14 +477,4 @@ def build_call_record(
             problems.append(f"call {k} cannot be merged: {e}")
             break
         merged += 1
-    return TrajectoryRecord(
-        trajectory_id=tid,
-        trajectory=trajectory,
-        complete=not problems,
-        reason="; ".join(problems) or None,
-        model_id=next((c.model_id for c in ordered if c.model_id), None),
-        calls=ordered,
-        prefix_report=report,
-        prefix_consistent=all(check.shares_prefix for check in report),
-        merged_calls=merged,
-    )
+    return merged

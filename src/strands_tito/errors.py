@@ -21,10 +21,10 @@ for SGLang and vLLM alike)::
     │   ├── ServerConnectionError = SGLangConnectionError   unreachable, or the connection broke mid-reply
     │   ├── ReplyDecodingError = SGLangDecodingError     200 with a body that is not the expected JSON
     │   ├── RequestCancelledError = SGLangCancelledError  the caller's cancel signal was set
-    │   ├── TokenResponseError (token_model)           the reply breaks the protocol
+    │   ├── TokenResponseError (generation)            the reply breaks the protocol
     │   │   ├── SGLangResponseError (sglang)
     │   │   └── VLLMResponseError (vllm)
-    │   ├── TokenAbortedError (token_model)            the server aborted the generation
+    │   ├── TokenAbortedError (generation)             the server aborted the generation
     │   │   ├── SGLangAbortedError (sglang)
     │   │   └── VLLMAbortedError (vllm)
     │   ├── HistoryRewrittenError (token_model)        the agent's history is no longer append-only

@@ -15,7 +15,7 @@ import zlib
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import orjson
@@ -131,6 +131,22 @@ def _check_ids(name: str, ids: Sequence[int]) -> tuple[list[int], bytes]:
     return checked, values.astype("<i4", copy=False).tobytes()
 
 
+class _CheckedTurn(NamedTuple):
+    """A turn :meth:`Trajectory.append_turn` has validated but not yet appended (the ids and logprobs also packed)."""
+
+    prompt: list[int]
+    prompt_packed: bytes
+    output: list[int]
+    output_packed: bytes
+    prompt_logprobs: list[float | None]
+    prompt_logprobs_packed: bytes
+    output_logprobs: list[float | None]
+    output_logprobs_packed: bytes
+    finish_reason: FinishReason
+    routed_experts: str | None
+    images: tuple[str, ...]
+
+
 @dataclass
 class Trajectory:
     """Token IDs with loss mask, logprobs, segments and per-turn records.
@@ -226,6 +242,32 @@ class Trajectory:
             image_data: Base64 image data URLs of the images ``prompt_ids`` holds, in prompt order.
             image_token_id: The image placeholder token; when given, ``prompt_ids`` must hold exactly one per image.
         """
+        new = self._check_turn(
+            prompt_ids,
+            output_ids,
+            finish_reason,
+            prompt_logprobs,
+            output_logprobs,
+            prompt_tokens,
+            routed_experts,
+            image_data,
+            image_token_id,
+        )
+        return self._commit_turn(new, matched_stop, cached_tokens, latency_s, request_id, weight_version)
+
+    def _check_turn(
+        self,
+        prompt_ids: Sequence[int],
+        output_ids: Sequence[int],
+        finish_reason: FinishReason,
+        prompt_logprobs: Sequence[float | None] | None,
+        output_logprobs: Sequence[float | None] | None,
+        prompt_tokens: int | None,
+        routed_experts: str | None,
+        image_data: Sequence[str],
+        image_token_id: int | None,
+    ) -> _CheckedTurn:
+        """The validation half of :meth:`append_turn`: checks everything and changes nothing."""
         prompt, prompt_packed = _check_ids("prompt_ids", prompt_ids)
         output, output_packed = _check_ids("output_ids", output_ids)
         if not self.segments and not prompt:
@@ -249,7 +291,32 @@ class Trajectory:
                 raise TrajectoryError(f"image_data[{i}] is not a base64 image data URL")
         if image_token_id is not None and (found := prompt.count(image_token_id)) != len(images):
             raise TrajectoryError(f"prompt_ids hold {found} image placeholders for {len(images)} images")
+        return _CheckedTurn(
+            prompt,
+            prompt_packed,
+            output,
+            output_packed,
+            p_logprobs,
+            p_packed,
+            o_logprobs,
+            o_packed,
+            finish_reason,
+            routed_experts,
+            images,
+        )
 
+    def _commit_turn(
+        self,
+        new: _CheckedTurn,
+        matched_stop: int | str | None,
+        cached_tokens: int,
+        latency_s: float | None,
+        request_id: str | None,
+        weight_version: str | None,
+    ) -> Turn:
+        """The commit half of :meth:`append_turn`, on a turn :meth:`_check_turn` accepted: nothing here can fail."""
+        prompt, output = new.prompt, new.output
+        start = len(self.token_ids)
         new_segments: list[Segment] = []
         if prompt:
             new_segments.append(Segment(False, start, len(prompt)))
@@ -259,7 +326,7 @@ class Trajectory:
             prompt_start=start,
             prompt_length=len(prompt),
             output_length=len(output),
-            finish_reason=finish_reason,
+            finish_reason=new.finish_reason,
             prefix_crc32=self.crc32,
             matched_stop=matched_stop,
             prompt_tokens=start + len(prompt),
@@ -267,29 +334,29 @@ class Trajectory:
             latency_s=latency_s,
             request_id=request_id,
             weight_version=weight_version,
-            routed_experts=routed_experts,
-            image_data=images,
+            routed_experts=new.routed_experts,
+            image_data=new.images,
         )
         # Commit: nothing below can fail.
-        self.crc32 = zlib.crc32(output_packed, zlib.crc32(prompt_packed, self.crc32))
-        self.packed_ids += prompt_packed
-        self.packed_ids += output_packed
-        self.packed_logprobs += p_packed
-        self.packed_logprobs += o_packed
+        self.crc32 = zlib.crc32(new.output_packed, zlib.crc32(new.prompt_packed, self.crc32))
+        self.packed_ids += new.prompt_packed
+        self.packed_ids += new.output_packed
+        self.packed_logprobs += new.prompt_logprobs_packed
+        self.packed_logprobs += new.output_logprobs_packed
         self.ids_json += (b"," if self.ids_json else b"") + orjson.dumps(prompt + output)[1:-1]
         self.token_ids.extend(prompt)
         self.token_ids.extend(output)
         self.loss_mask.extend([0] * len(prompt))
         self.loss_mask.extend([1] * len(output))
-        self.logprobs.extend(p_logprobs)
-        self.logprobs.extend(o_logprobs)
+        self.logprobs.extend(new.prompt_logprobs)
+        self.logprobs.extend(new.output_logprobs)
         if self.segments and new_segments[0].is_output and self.segments[-1].is_output:
             # Two outputs back to back (no new prompt tokens): keep one segment per contiguous run.
             last = self.segments.pop()
             new_segments[0] = Segment(True, last.start, last.length + new_segments[0].length)
         self.segments.extend(new_segments)
         self.turns.append(turn)
-        self.images.extend(images)
+        self.images.extend(new.images)
         return turn
 
     def _check_routed_experts(self, encoded: str, start: int, new_tokens: int) -> None:

@@ -25,8 +25,8 @@ def _address(value: str, option: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def parse_args(argv: list[str]) -> CollectorConfig:
-    """Command-line options to a :class:`CollectorConfig`."""
+def _parser() -> argparse.ArgumentParser:
+    """The ``strands-tito collect`` options (a declaration list; :func:`parse_args` checks how they combine)."""
     p = argparse.ArgumentParser(prog="strands-tito collect", description="Receive OTLP spans, write trajectories.")
     p.add_argument("--http", default="127.0.0.1:4318", help="OTLP/HTTP address (default 127.0.0.1:4318; port 0 = any)")
     p.add_argument("--grpc", default="127.0.0.1:4317", help="OTLP/gRPC address (default 127.0.0.1:4317; 'off' = none)")
@@ -61,6 +61,12 @@ def parse_args(argv: list[str]) -> CollectorConfig:
     )
     agl.add_argument("--agl-model", help="model name to report in the events (default: the agent model's model_id)")
     p.add_argument("--log-level", default="INFO")
+    return p
+
+
+def parse_args(argv: list[str]) -> CollectorConfig:
+    """Command-line options to a :class:`CollectorConfig`."""
+    p = _parser()
     a = p.parse_args(argv)
     if (a.tls_cert is None) != (a.tls_key is None):
         p.error("--tls-cert and --tls-key go together")

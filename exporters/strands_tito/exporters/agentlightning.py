@@ -133,6 +133,56 @@ def _calls(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     return calls
 
 
+def _model_request(schemas: Any, tid: str, index: int, call: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The ``model_request`` event body of call ``index`` of trajectory ``tid`` (one of :func:`_calls`)."""
+    prompt, output = list(call["prompt"]), list(call["output"])
+    logprobs = call["logprobs"]
+    version = _version(call["weight_version"])
+    usage: dict[str, Any] = {
+        "prompt_tokens": len(prompt),
+        "completion_tokens": len(output),
+        "total_tokens": len(prompt) + len(output),
+    }
+    if call["cached_tokens"]:
+        usage["prompt_tokens_details"] = {"cached_tokens": call["cached_tokens"]}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "finish_reason": call["finish_reason"],
+        "token_ids": output,
+        # A logprob that was not recorded stays None: Agent Lightning then reports the call's logprobs as
+        # null rather than a list that would misalign (its rule for any non-number).
+        "logprobs": {
+            "content": [{"logprob": None if v is None or not math.isfinite(v) else float(v)} for v in logprobs]
+        },
+    }
+    request_body: dict[str, Any] = {"model": name}
+    if call.get("images"):
+        # Agent Lightning aligns a multimodal call's images through the request's messages
+        # (messages[].content[].image_url.url, in order); the text is in prompt_token_ids.
+        parts = [{"type": "image_url", "image_url": {"url": url}} for url in call["images"]]
+        request_body["messages"] = [{"role": "user", "content": parts}]
+    request = schemas.ModelRequestData(
+        model=name,
+        model_version=version,
+        request=request_body,
+        response={
+            "id": call["request_id"] or f"{tid}-{index}",
+            "object": "chat.completion",
+            "model": name,
+            "prompt_token_ids": prompt,
+            "choices": [choice],
+            "usage": usage,
+        },
+        http_status=200,
+        status="ok",
+        usage=usage,
+        finish_reason=call["finish_reason"],
+    )
+    data: dict[str, Any] = request.model_dump(mode="json", exclude_none=True)
+    data["server"] = {"model": name, "version": version}  # what the triplet view reports per call
+    return data
+
+
 def build_events(record: Mapping[str, Any], model: str | None = None) -> list[dict[str, Any]]:
     """The events for one trajectory record, in order, as validated ``EventCreate`` bodies.
 
@@ -153,52 +203,7 @@ def build_events(record: Mapping[str, Any], model: str | None = None) -> list[di
     else:
         name = model or record.get("model_id") or "unknown"
         for index, call in enumerate(_calls(record)):
-            prompt, output = list(call["prompt"]), list(call["output"])
-            logprobs = call["logprobs"]
-            version = _version(call["weight_version"])
-            usage: dict[str, Any] = {
-                "prompt_tokens": len(prompt),
-                "completion_tokens": len(output),
-                "total_tokens": len(prompt) + len(output),
-            }
-            if call["cached_tokens"]:
-                usage["prompt_tokens_details"] = {"cached_tokens": call["cached_tokens"]}
-            choice: dict[str, Any] = {
-                "index": 0,
-                "finish_reason": call["finish_reason"],
-                "token_ids": output,
-                # A logprob that was not recorded stays None: Agent Lightning then reports the call's logprobs as
-                # null rather than a list that would misalign (its rule for any non-number).
-                "logprobs": {
-                    "content": [{"logprob": None if v is None or not math.isfinite(v) else float(v)} for v in logprobs]
-                },
-            }
-            request_body: dict[str, Any] = {"model": name}
-            if call.get("images"):
-                # Agent Lightning aligns a multimodal call's images through the request's messages
-                # (messages[].content[].image_url.url, in order); the text is in prompt_token_ids.
-                parts = [{"type": "image_url", "image_url": {"url": url}} for url in call["images"]]
-                request_body["messages"] = [{"role": "user", "content": parts}]
-            request = schemas.ModelRequestData(
-                model=name,
-                model_version=version,
-                request=request_body,
-                response={
-                    "id": call["request_id"] or f"{tid}-{index}",
-                    "object": "chat.completion",
-                    "model": name,
-                    "prompt_token_ids": prompt,
-                    "choices": [choice],
-                    "usage": usage,
-                },
-                http_status=200,
-                status="ok",
-                usage=usage,
-                finish_reason=call["finish_reason"],
-            )
-            data = request.model_dump(mode="json", exclude_none=True)
-            data["server"] = {"model": name, "version": version}  # what the triplet view reports per call
-            bodies.append(("model_request", data))
+            bodies.append(("model_request", _model_request(schemas, tid, index, call, name)))
         for value in record.get("rewards") or []:
             reward = schemas.RewardData(value=float(value), source="agent")
             bodies.append(("reward", reward.model_dump(mode="json", exclude_none=True)))

@@ -3,7 +3,8 @@
 - ``sglang`` (:class:`SGLangModel`, SGLang's native ``/generate``) and ``vllm`` (:class:`VLLMModel`) are thin: each
   only sends one generation request and validates the reply (``reply_checks``).
 - ``token_model`` (:class:`TokenModel`) is their shared base: per-agent trajectories, prompts, tool calls, limits,
-  capture hooks and error mapping.
+  capture hooks and error mapping; ``generation`` holds what a provider sends and gets back (the request, the
+  validated reply, the per-value reply checks and reply errors).
 - ``client`` (:class:`TokenClient`, with ``connection_pool``, its lean keep-alive pool) sends requests with retries
   and deadlines.
 - ``prompt`` encodes only the new messages each turn (``rendering`` renders real chat templates, ``families`` holds

@@ -3,7 +3,7 @@
 A reply to a turn that brings in a long tool result carries one logprob entry per new prompt token (32k entries for a
 32k-token file). Checking each entry with Python code costs about 0.7 µs per token; here the checks run as a few
 C-level passes (``map``, list comparison, numpy) over the whole array. Every function accepts and rejects exactly what
-the per-entry check (:func:`~strands_tito.providers.token_model.finite_logprob` on each entry) does: when the fast path
+the per-entry check (:func:`~strands_tito.providers.generation.finite_logprob` on each entry) does: when the fast path
 finds anything it does not accept outright, the per-entry check runs instead and raises its precise error.
 """
 
@@ -15,7 +15,7 @@ from typing import Any, TypeGuard
 
 import numpy as np
 
-from strands_tito.providers.token_model import TokenResponseError, finite_logprob
+from strands_tito.providers.generation import TokenResponseError, finite_logprob
 
 __all__ = ["checked_logprobs", "finite_logprobs", "is_token_id_list", "keyed_logprobs", "triple_logprobs"]
 

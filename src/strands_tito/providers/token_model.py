@@ -7,7 +7,8 @@ text (a malformed call becomes an error the model sees, never a call with made-u
 current span for trace capture, and maps server failures to Strands' exceptions.
 
 A provider subclass only says how one generation request is sent and how its reply is validated:
-:meth:`TokenModel._generate` takes a :class:`GenerationRequest` and returns a checked :class:`Generation` (or raises).
+:meth:`TokenModel._generate` takes a :class:`GenerationRequest` and returns a checked :class:`Generation` (or raises;
+both live in :mod:`~strands_tito.providers.generation`, re-exported here).
 :class:`~strands_tito.providers.sglang.SGLangModel` does it with SGLang's ``/generate``,
 :class:`~strands_tito.providers.vllm.VLLMModel` with vLLM's ``/inference/v1/generate`` or ``/v1/completions``.
 """
@@ -18,13 +19,11 @@ import base64
 import itertools
 import json
 import logging
-import math
 import os
 import threading
 import warnings
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
@@ -40,6 +39,14 @@ from transformers import PreTrainedTokenizerBase
 from strands_tito.capture.recorder import AgentState, end_trajectory, record_turn
 from strands_tito.errors import ContextLengthError, GenerationError, RequestCancelledError, ThrottledError
 from strands_tito.providers.client import TokenClient
+from strands_tito.providers.generation import (
+    Generation,
+    GenerationRequest,
+    TokenAbortedError,
+    TokenResponseError,
+    check_token_ids,
+    finite_logprob,
+)
 from strands_tito.providers.prompt import PromptEncoder
 from strands_tito.providers.reasoning import split_harmony, split_reasoning
 from strands_tito.providers.tool_parsers import (
@@ -50,7 +57,7 @@ from strands_tito.providers.tool_parsers import (
     get_tool_parser,
     warn_foreign_markup,
 )
-from strands_tito.trajectory import FinishReason, Trajectory, TrajectoryError
+from strands_tito.trajectory import Trajectory, TrajectoryError
 
 __all__ = [
     "INVALID_TOOL_NAME",
@@ -62,6 +69,8 @@ __all__ = [
     "TokenAbortedError",
     "TokenModel",
     "TokenResponseError",
+    "check_token_ids",
+    "finite_logprob",
     "warn_unknown_config_keys",
 ]
 
@@ -75,17 +84,6 @@ STATE_KEY = "strands_tito"
 INVALID_TOOL_NAME = "invalid_tool_call"
 #: Creation order of per-agent states (``rollout_history`` keeps finished trajectories in that order).
 _STATE_ORDER = itertools.count()
-
-
-class TokenResponseError(GenerationError):
-    """A reply does not follow the server's protocol (missing fields, wrong lengths, NaN, ...).
-
-    Nothing from the reply is recorded. Each provider raises its own subclass.
-    """
-
-
-class TokenAbortedError(GenerationError):
-    """The server aborted the generation: an error, never a normal turn. Each provider raises its own subclass."""
 
 
 class HistoryRewrittenError(GenerationError):
@@ -111,59 +109,6 @@ class _AgentState(AgentState):
         self.cursor = 0
         self.last_output_text: str | None = None
         self.tool_parse_errors: dict[str, int] = {}
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """One generation a provider must send.
-
-    Attributes:
-        input_ids: The whole prompt: the trajectory so far plus the new prompt tokens.
-        input_ids_json: The same as JSON array text, built incrementally (request bodies embed it as it is).
-        new_prompt: How many tokens at the end of ``input_ids`` are new (not yet in the trajectory).
-        recorded: Tokens the trajectory already holds (0 on the first turn).
-        sampling_params: Server sampling parameters, the token cap already fitted to the context window.
-        return_logprob: Whether the turn's logprobs are to be recorded.
-        record: False for a generation that is not part of any trajectory (structured output).
-        cancel_signal: Drop the request when this is set while it is in flight.
-        image_data: The images of the whole prompt as data URLs, in prompt order (one placeholder token each in
-            ``input_ids``; the server expands them). Empty for a text-only prompt.
-    """
-
-    input_ids: list[int]
-    new_prompt: int
-    recorded: int
-    sampling_params: dict[str, Any]
-    return_logprob: bool
-    record: bool = True
-    cancel_signal: threading.Event | None = None
-    input_ids_json: bytes | None = None
-    image_data: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Generation:
-    """A validated reply, ready to be recorded.
-
-    ``prompt_logprobs`` covers the ``new_prompt`` tokens of the request (or is None), ``output_logprobs`` the
-    ``output_ids``. ``aborted`` describes a server abort (``finish_reason == "abort"``). ``source`` names the endpoint
-    in error messages.
-    """
-
-    output_ids: list[int]
-    output_logprobs: list[float | None] | None
-    prompt_logprobs: list[float | None] | None
-    text: str
-    finish_reason: FinishReason
-    matched_stop: int | str | None
-    cached_tokens: int
-    completion_tokens: int
-    latency_s: float | None
-    request_id: str | None
-    weight_version: str | None
-    routed_experts: str | None
-    source: str
-    aborted: str | None = None
 
 
 class TokenModel(Model):
@@ -630,20 +575,3 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 def _plain_text(message: Any) -> str:
     return "".join(block["text"] for block in message["content"] if "text" in block)
-
-
-def finite_logprob(value: Any, where: str, error: type[TokenResponseError]) -> float | None:
-    """A logprob from a reply: None stays None, anything but a finite number raises ``error``."""
-    if value is None:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise error(f"{where}: logprob {value!r} is not a finite number")
-    return float(value)
-
-
-def check_token_ids(value: Any, where: str, error: type[TokenResponseError]) -> list[int]:
-    """A list of token ids from a reply (non-negative ints), or ``error``."""
-    # One C-level pass per check, not a Python test per token.
-    if not isinstance(value, list) or (value and (set(map(type, value)) != {int} or min(value) < 0)):
-        raise error(f"{where} is not a list of token ids")
-    return value

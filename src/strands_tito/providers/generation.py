@@ -1,0 +1,107 @@
+"""What a provider sends and gets back: one :class:`GenerationRequest`, one validated :class:`Generation`.
+
+:class:`~strands_tito.providers.token_model.TokenModel` builds the request; a provider's ``_generate`` sends it and
+checks the reply with :func:`finite_logprob` and :func:`check_token_ids` (``reply_checks`` holds their array-at-once
+forms), raising its own :class:`TokenResponseError` or :class:`TokenAbortedError` subclass. Everything here is
+re-exported by ``strands_tito.providers.token_model``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from strands_tito.errors import GenerationError
+from strands_tito.trajectory import FinishReason
+
+__all__ = [
+    "Generation",
+    "GenerationRequest",
+    "TokenAbortedError",
+    "TokenResponseError",
+    "check_token_ids",
+    "finite_logprob",
+]
+
+
+class TokenResponseError(GenerationError):
+    """A reply does not follow the server's protocol (missing fields, wrong lengths, NaN, ...).
+
+    Nothing from the reply is recorded. Each provider raises its own subclass.
+    """
+
+
+class TokenAbortedError(GenerationError):
+    """The server aborted the generation: an error, never a normal turn. Each provider raises its own subclass."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One generation a provider must send.
+
+    Attributes:
+        input_ids: The whole prompt: the trajectory so far plus the new prompt tokens.
+        input_ids_json: The same as JSON array text, built incrementally (request bodies embed it as it is).
+        new_prompt: How many tokens at the end of ``input_ids`` are new (not yet in the trajectory).
+        recorded: Tokens the trajectory already holds (0 on the first turn).
+        sampling_params: Server sampling parameters, the token cap already fitted to the context window.
+        return_logprob: Whether the turn's logprobs are to be recorded.
+        record: False for a generation that is not part of any trajectory (structured output).
+        cancel_signal: Drop the request when this is set while it is in flight.
+        image_data: The images of the whole prompt as data URLs, in prompt order (one placeholder token each in
+            ``input_ids``; the server expands them). Empty for a text-only prompt.
+    """
+
+    input_ids: list[int]
+    new_prompt: int
+    recorded: int
+    sampling_params: dict[str, Any]
+    return_logprob: bool
+    record: bool = True
+    cancel_signal: threading.Event | None = None
+    input_ids_json: bytes | None = None
+    image_data: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A validated reply, ready to be recorded.
+
+    ``prompt_logprobs`` covers the ``new_prompt`` tokens of the request (or is None), ``output_logprobs`` the
+    ``output_ids``. ``aborted`` describes a server abort (``finish_reason == "abort"``). ``source`` names the endpoint
+    in error messages.
+    """
+
+    output_ids: list[int]
+    output_logprobs: list[float | None] | None
+    prompt_logprobs: list[float | None] | None
+    text: str
+    finish_reason: FinishReason
+    matched_stop: int | str | None
+    cached_tokens: int
+    completion_tokens: int
+    latency_s: float | None
+    request_id: str | None
+    weight_version: str | None
+    routed_experts: str | None
+    source: str
+    aborted: str | None = None
+
+
+def finite_logprob(value: Any, where: str, error: type[TokenResponseError]) -> float | None:
+    """A logprob from a reply: None stays None, anything but a finite number raises ``error``."""
+    if value is None:
+        return None
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        raise error(f"{where}: logprob {value!r} is not a finite number")
+    return float(value)
+
+
+def check_token_ids(value: Any, where: str, error: type[TokenResponseError]) -> list[int]:
+    """A list of token ids from a reply (non-negative ints), or ``error``."""
+    # One C-level pass per check, not a Python test per token.
+    if not isinstance(value, list) or (value and (set(map(type, value)) != {int} or min(value) < 0)):
+        raise error(f"{where} is not a list of token ids")
+    return value
