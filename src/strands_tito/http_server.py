@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 __all__ = [
     "DEFAULT_MAX_BODY",
+    "AnyResponse",
     "Connection",
     "Handler",
     "HttpServer",

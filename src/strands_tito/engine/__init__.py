@@ -26,8 +26,8 @@ Modules, for a newcomer (endpoints depend on the core; the server wires endpoint
 * building blocks: :mod:`~strands_tito.engine.protocol` (SGLang's validation, messages, synthetic logprobs),
   :mod:`~strands_tito.engine.outputs` (stops, text, ``/generate`` bodies), :mod:`~strands_tito.engine.conversations`
   (prefix matching, scripts, prefix cache), :mod:`~strands_tito.engine.script` (scripts and faults),
-  :mod:`~strands_tito.engine.records` (records, SSE and broken-body helpers), :mod:`~strands_tito.engine.images`,
-  :mod:`~strands_tito.engine.http`;
+  :mod:`~strands_tito.engine.records` (records, SSE and broken-body helpers), :mod:`~strands_tito.engine.images`;
+  the HTTP/1.1 server is the neutral :mod:`strands_tito.http_server`, which the collector shares;
 * :mod:`~strands_tito.engine.cli` -- ``strands-tito engine`` / ``python -m strands_tito.engine``.
 
 It mirrors SGLang 0.5.23's ``/generate`` (request validation and the three 400 body shapes, ``meta_info``,

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Final
 
 from strands_tito.engine.core import EngineCore
-from strands_tito.engine.http import AnyResponse, Connection, Request, empty_response, json_response, text_response
 from strands_tito.engine.records import parse_body
+from strands_tito.http_server import AnyResponse, Connection, Request, empty_response, json_response, text_response
 
 __all__ = ["FLUSH_BUSY", "FLUSH_OK", "SGLANG_VERSION", "AdminEndpoints"]
 

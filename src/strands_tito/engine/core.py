@@ -27,10 +27,10 @@ from typing import Literal
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.engine.conversations import Conversation, ConversationTracker
-from strands_tito.engine.http import AnyResponse, Connection, RawResponse
 from strands_tito.engine.outputs import OutputBuilder
 from strands_tito.engine.records import DISCONNECTED_STATUS, EngineRecord
 from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Script, Step
+from strands_tito.http_server import AnyResponse, Connection, RawResponse
 
 __all__ = ["EngineCore"]
 

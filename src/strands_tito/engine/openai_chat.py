@@ -49,7 +49,6 @@ from jinja2 import TemplateError
 
 from strands_tito.engine.conversations import Conversation
 from strands_tito.engine.core import EngineCore
-from strands_tito.engine.http import AnyResponse, Connection, Request, json_response
 from strands_tito.engine.openai_parsing import (
     OPENAI_FLAVORS,
     REASONING_PARSERS,
@@ -68,6 +67,7 @@ from strands_tito.engine.outputs import Outcome
 from strands_tito.engine.protocol import finish_abort, http_fault_body, token_logprob
 from strands_tito.engine.records import NO_SCRIPT_MESSAGE, SSE_DONE, EngineRecord, new_record, sse_event, sse_stream
 from strands_tito.engine.script import Reply, Step
+from strands_tito.http_server import AnyResponse, Connection, Request, json_response
 from strands_tito.providers.rendering import render_chat_template
 
 __all__ = [

@@ -23,7 +23,13 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito.engine.admin import AdminEndpoints
 from strands_tito.engine.core import EngineCore
-from strands_tito.engine.http import (
+from strands_tito.engine.images import DEFAULT_IMAGE_TOKEN
+from strands_tito.engine.openai_chat import ChatCompletions, OpenAIFlavor
+from strands_tito.engine.records import EngineRecord, parse_body, parse_response_body
+from strands_tito.engine.script import DEFAULT_REPLY, Reply, Script, ScriptFile
+from strands_tito.engine.sglang_api import GenerateEndpoint
+from strands_tito.engine.vllm_api import VLLMEndpoints
+from strands_tito.http_server import (
     DEFAULT_MAX_BODY,
     AnyResponse,
     Connection,
@@ -32,12 +38,6 @@ from strands_tito.engine.http import (
     Response,
     json_response,
 )
-from strands_tito.engine.images import DEFAULT_IMAGE_TOKEN
-from strands_tito.engine.openai_chat import ChatCompletions, OpenAIFlavor
-from strands_tito.engine.records import EngineRecord, parse_body, parse_response_body
-from strands_tito.engine.script import DEFAULT_REPLY, Reply, Script, ScriptFile
-from strands_tito.engine.sglang_api import GenerateEndpoint
-from strands_tito.engine.vllm_api import VLLMEndpoints
 
 __all__ = ["EngineRecord", "LocalEngine"]
 

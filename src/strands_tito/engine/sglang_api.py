@@ -14,7 +14,6 @@ from typing import Any
 
 from strands_tito.engine.conversations import Conversation
 from strands_tito.engine.core import EngineCore
-from strands_tito.engine.http import AnyResponse, Connection, RawResponse, Request, Response, json_response
 from strands_tito.engine.images import check_image_data
 from strands_tito.engine.outputs import Outcome
 from strands_tito.engine.protocol import (
@@ -46,6 +45,7 @@ from strands_tito.engine.records import (
     truncated_json,
 )
 from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Step
+from strands_tito.http_server import AnyResponse, Connection, RawResponse, Request, Response, json_response
 
 __all__ = ["GenerateEndpoint", "parse_generate_body"]
 

@@ -34,11 +34,11 @@ from typing import Any, Final
 
 from strands_tito.engine.conversations import Conversation
 from strands_tito.engine.core import EngineCore
-from strands_tito.engine.http import AnyResponse, Connection, Request, Response, json_response
 from strands_tito.engine.outputs import Outcome
 from strands_tito.engine.protocol import SamplingParams, finish_abort, token_logprob
 from strands_tito.engine.records import NO_SCRIPT_MESSAGE, NON_JSON_BODY, EngineRecord, new_record, truncated_json
 from strands_tito.engine.script import Fault, Reply, Step
+from strands_tito.http_server import AnyResponse, Connection, Request, Response, json_response
 
 __all__ = [
     "COMPLETIONS_PATH",
