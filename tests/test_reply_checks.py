@@ -99,9 +99,10 @@ def test_finite_logprobs_matches_the_per_entry_check(n: int) -> None:
     assert all(type(v) is float for v in finite_logprobs([0, -1], "lp", SGLangResponseError))
 
 
-def test_a_huge_int_is_a_clear_error() -> None:
-    with pytest.raises(SGLangResponseError, match=r"lp\[1\]: logprob"):
-        finite_logprobs([-0.5, -(10**400)], "lp", SGLangResponseError)
+@pytest.mark.parametrize("before", [1, 200])  # a short reply (plain loop) and a long one (numpy)
+def test_a_huge_int_is_a_clear_error(before: int) -> None:
+    with pytest.raises(SGLangResponseError, match=rf"lp\[{before}\]: logprob"):
+        finite_logprobs([-0.5] * before + [-(10**400)], "lp", SGLangResponseError)
 
 
 @pytest.mark.parametrize("n", [1, 5, 300])

@@ -10,6 +10,7 @@ finds anything it does not accept outright, the per-entry check runs instead and
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from typing import Any, TypeGuard
 
@@ -22,6 +23,8 @@ __all__ = ["checked_logprobs", "finite_logprobs", "is_token_id_list", "keyed_log
 _NONE = type(None)
 _NUMBER_KINDS = frozenset({float, int, _NONE})  # bool is a type of its own, so it is not among them
 _SEQUENCE_KINDS = frozenset({list, tuple})
+# Below this many values a plain loop is cheaper than setting up numpy arrays (a short reply: ~20 tokens).
+_SMALL = 64
 
 
 def _slow_logprobs(
@@ -45,6 +48,8 @@ def checked_logprobs(values: Sequence[Any]) -> list[float | None] | None:
     kinds = set(map(type, values))
     if not kinds <= _NUMBER_KINDS:
         return None
+    if len(values) <= _SMALL:
+        return _small_logprobs(values)
     missing = values.count(None) if _NONE in kinds else 0
     try:
         doubles = np.array(values, dtype=np.float64)  # None becomes NaN
@@ -56,6 +61,25 @@ def checked_logprobs(values: Sequence[Any]) -> list[float | None] | None:
     if missing:  # every NaN is a None (a NaN value would have been counted as not finite)
         for i in np.flatnonzero(np.isnan(doubles)).tolist():
             out[i] = None
+    return out
+
+
+def _small_logprobs(values: Sequence[float | int | None]) -> list[float | None] | None:
+    """:func:`checked_logprobs` for a few values known to be None, ``int`` or ``float``: the same result, no numpy."""
+    out: list[float | None] = []
+    append = out.append
+    isfinite = math.isfinite
+    try:
+        for value in values:
+            if value is None:
+                append(None)
+                continue
+            number = float(value)
+            if not isfinite(number):
+                return None
+            append(number)
+    except OverflowError:  # an int too large for a float
+        return None
     return out
 
 
