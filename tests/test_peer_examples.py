@@ -21,17 +21,10 @@ engine received and produced.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import re
 import runpy
 import shutil
-import subprocess
-import sys
-import tarfile
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +33,7 @@ from transformers import PreTrainedTokenizerBase
 
 import strands_tito
 from strands_tito.engine import LocalEngine, Reply, Script
+from strands_tito.sdist import SdistFetchError, cached_sdist_folder
 from strands_tito.tokenizers import default_cache_root
 
 from .conftest import assert_matches_engine, generate_records
@@ -60,51 +54,14 @@ EXAMPLES: dict[str, str | None] = {
 # -- the peer's examples, from its sdist on PyPI ---------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _download_examples(target: Path) -> None:
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".peer-examples-") as tmp:
-        command = [
-            sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-            "--dest", tmp, f"{PEER}=={PEER_VERSION}",
-        ]  # fmt: skip
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
-        sdists = list(Path(tmp).glob("strands_sglang-*.tar.gz"))
-        if done.returncode != 0 or not sdists:
-            pytest.fail(f"could not download the {PEER} {PEER_VERSION} sdist from PyPI: {done.stderr.strip()[-500:]}")
-        staging = Path(tmp) / "examples"
-        with tarfile.open(sdists[0], "r:gz") as sdist:
-            for member in sdist.getmembers():
-                _, _, rest = member.name.partition("/")  # "<sdist root>/examples/..."
-                if not member.isfile() or not rest.startswith("examples/") or ".." in rest.split("/"):
-                    continue
-                source = sdist.extractfile(member)
-                if source is not None:
-                    path = staging / rest.removeprefix("examples/")
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_bytes(source.read())
-        shutil.move(str(staging), str(target))
-
-
 @pytest.fixture(scope="session")
 def peer_examples() -> Path:
     """The sdist's ``examples/`` folder as shipped (cached; downloaded on first use)."""
-    root = default_cache_root()
-    target = root / f"{PEER}-{PEER_VERSION}-examples"
-    if not target.is_dir():
-        root.mkdir(parents=True, exist_ok=True)
-        with _file_lock(root / ".peer-examples.lock"):
-            if not target.is_dir():
-                _download_examples(target)
-    return target
+    target = default_cache_root() / f"{PEER}-{PEER_VERSION}-examples"
+    try:
+        return cached_sdist_folder(f"{PEER}=={PEER_VERSION}", "examples", target)
+    except SdistFetchError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="session")

@@ -34,6 +34,7 @@ for SGLang and vLLM alike)::
     ├── PromptError (prompt), also ValueError        the messages cannot be rendered to tokens
     ├── ToolParserDetectionError (tool_parsers.detect), also ValueError   no tool parser fits the tokenizer
     ├── TemplateFetchError (chat_templates), also RuntimeError   a chat template could not be fetched
+    ├── SdistFetchError (sdist), also RuntimeError            an sdist could not be fetched from PyPI
     ├── TrajectoryError (trajectory), also ValueError   a turn or record breaks the trajectory's invariants
     ├── SpanSchemaError (spans), also ValueError     a span does not follow the span schema
     ├── ImageSchemaError (span_images), also ValueError
