@@ -25,11 +25,13 @@ __all__ = [
     "ChatRequest",
     "OpenAIFlavor",
     "ParsedReply",
+    "StopFieldError",
     "common_prefix",
     "error_body",
     "parse_chat_request",
     "parse_reply",
     "partial_view",
+    "read_stops",
 ]
 
 OpenAIFlavor = Literal["vllm", "sglang"]
@@ -168,8 +170,21 @@ def _logprob_fields(body: Mapping[str, Any]) -> tuple[bool, int]:
     return logprobs, top_logprobs
 
 
-def _stop_fields(body: Mapping[str, Any]) -> tuple[tuple[str, ...], list[int]]:
-    stop = body.get("stop")
+class StopFieldError(ValueError):
+    """A ``stop`` or ``stop_token_ids`` value of the wrong shape; ``field`` names which (each API words its 400)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def read_stops(raw: Mapping[str, Any]) -> tuple[tuple[str, ...], list[int]]:
+    """``stop`` (a string or a list of strings) and ``stop_token_ids`` (a list of ints) as OpenAI-style APIs take them.
+
+    Raises:
+        StopFieldError: either value has the wrong shape.
+    """
+    stop = raw.get("stop")
     if stop is None:
         stops: tuple[str, ...] = ()
     elif isinstance(stop, str):
@@ -177,13 +192,20 @@ def _stop_fields(body: Mapping[str, Any]) -> tuple[tuple[str, ...], list[int]]:
     elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
         stops = tuple(stop)
     else:
-        raise ChatError("stop must be a string or a list of strings")
-    stop_token_ids = body.get("stop_token_ids") or []
+        raise StopFieldError("stop", "stop must be a string or a list of strings")
+    stop_token_ids = raw.get("stop_token_ids") or []
     if not isinstance(stop_token_ids, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in stop_token_ids
     ):
-        raise ChatError("stop_token_ids must be a list of integers")
+        raise StopFieldError("stop_token_ids", "stop_token_ids must be a list of integers")
     return stops, stop_token_ids
+
+
+def _stop_fields(body: Mapping[str, Any]) -> tuple[tuple[str, ...], list[int]]:
+    try:
+        return read_stops(body)
+    except StopFieldError as e:
+        raise ChatError(str(e)) from None
 
 
 def parse_chat_request(body: Any, flavor: OpenAIFlavor) -> ChatRequest:

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from strands_tito.engine.conversations import Conversation
 from strands_tito.engine.core import EngineCore
+from strands_tito.engine.openai_parsing import StopFieldError, read_stops
 from strands_tito.engine.outputs import Outcome
 from strands_tito.engine.protocol import SamplingParams, finish_abort, token_logprob
 from strands_tito.engine.records import NO_SCRIPT_MESSAGE, NON_JSON_BODY, EngineRecord, new_record, truncated_json
@@ -138,18 +139,10 @@ class _Call:
 
 def _sampling(raw: Mapping[str, Any], loc: str) -> tuple[SamplingParams, int | None, int | None, int | None]:
     """Stops and caps from vLLM sampling keys; (params, max_tokens, logprobs, prompt_logprobs)."""
-    stop = raw.get("stop")
-    if stop is None:
-        stops: tuple[str, ...] = ()
-    elif isinstance(stop, str):
-        stops = (stop,)
-    elif isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        stops = tuple(stop)
-    else:
-        raise _validation_error(f"{loc}.stop", "stop must be a string or a list of strings")
-    stop_ids = raw.get("stop_token_ids") or []
-    if not isinstance(stop_ids, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in stop_ids):
-        raise _validation_error(f"{loc}.stop_token_ids", "stop_token_ids must be a list of integers")
+    try:
+        stops, stop_ids = read_stops(raw)
+    except StopFieldError as e:
+        raise _validation_error(f"{loc}.{e.field}", str(e)) from None
     max_tokens = _int(raw, "max_tokens", loc)
     if max_tokens is not None and max_tokens < 1:
         raise VLLMError(f"max_tokens must be at least 1, got {max_tokens}.")
