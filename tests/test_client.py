@@ -139,6 +139,22 @@ async def test_cancel_signal_watch_serves_every_request_without_polling() -> Non
     assert id(quiet) not in _CancelWatch.watches
 
 
+async def test_cancel_signal_cancels_only_the_request_in_the_callers_task() -> None:
+    """The request runs in the caller's task: a cancel is taken back once raised, and a late signal is harmless."""
+    signal = threading.Event()
+    asyncio.get_running_loop().call_later(0.05, signal.set)
+    with pytest.raises(SGLangCancelledError):
+        await until_cancelled(asyncio.sleep(5), signal)
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0.01)  # the task goes on normally
+    later = threading.Event()
+    assert await until_cancelled(asyncio.sleep(0, "ok"), later) == "ok"
+    later.set()  # after the request ended: nothing left to cancel
+    await asyncio.sleep(0.1)
+    assert task.cancelling() == 0
+
+
 async def test_probes_cache_success_only(start_engine) -> None:  # type: ignore[no-untyped-def]
     engine = start_engine(context_length=4096)
     client = SGLangClient(engine.base_url + "/wrong-prefix", max_retries=0)

@@ -11,10 +11,14 @@ conversation, so each request can be compared with that rendering (template fide
 
 from __future__ import annotations
 
+import copy
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jinja2.exceptions import SecurityError
 from transformers import PreTrainedTokenizerBase
 
@@ -365,3 +369,36 @@ def test_first_prompt_with_earlier_tool_calls_is_structured(name: str) -> None:
     want = render_chat_template(tokenizer, structured_history, tools=tools, add_generation_prompt=True)
     assert str(tokenizer.decode(ids, skip_special_tokens=False)) == want
     assert '"expression": "2 + 2"' in want or "2 + 2" in want.split("What is 2 + 2?")[1]
+
+
+_TEXT_PIECES = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["\n", "  ", "<think>", "</think>", "<tool_call>", "{\"a\": 1}", "é漢字", "\u2063"]),
+)
+
+
+@pytest.mark.parametrize("name", ["qwen3", "glm-4.7", "gpt-oss", "kimi-k2", "llama-3.1", "minimax-m2"])
+@settings(max_examples=60, deadline=None)
+@given(pieces=st.lists(st.one_of(_TEXT_PIECES, st.integers(0, 30)), max_size=12))
+def test_encoder_gives_the_tokenizers_own_ids(name: str, pieces: list[str | int]) -> None:
+    """The encoder calls the fast tokenizer's backend directly: the ids of ``tokenizer.encode``, special tokens too."""
+    tokenizer = family_tokenizer(name)
+    encoder = _encoder(name)
+    specials = sorted(t.content for t in tokenizer.added_tokens_decoder.values())
+    text = "".join(p if isinstance(p, str) else specials[p % len(specials)] for p in pieces)
+    assert encoder.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+
+
+def test_encoder_leaves_a_truncating_or_padding_backend_to_the_wrapper() -> None:
+    """A backend set to truncate (as some tokenizer.json files are) is not called directly: nothing is cut."""
+    tokenizer = copy.deepcopy(family_tokenizer("qwen3"))
+    encoder = PromptEncoder(tokenizer)
+    text = "one two three four five six seven eight nine ten"
+    tokenizer.backend_tokenizer.enable_truncation(3)
+    assert encoder.encode(text) == tokenizer.encode(text, add_special_tokens=False)
+    assert len(encoder.encode(text)) > 3
+
+
+@functools.cache
+def _encoder(name: str) -> PromptEncoder:
+    return PromptEncoder(family_tokenizer(name))

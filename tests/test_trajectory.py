@@ -5,7 +5,10 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from strands_tito import trajectory as trajectory_module
 from strands_tito.trajectory import Trajectory, TrajectoryError, decode_routed_experts
 
 
@@ -95,3 +98,44 @@ def test_request_json_is_kept_incrementally() -> None:
     assert json.loads(t.input_ids_json([9, 10])) == [*t.token_ids, 9, 10]
     assert json.loads(t.input_ids_json([])) == t.token_ids
     assert json.loads(Trajectory().input_ids_json([5])) == [5]
+
+
+_ids = st.lists(st.one_of(st.integers(-3, 2**31 + 3), st.sampled_from([True, 1.0, "7", None])), max_size=80)
+_logprobs = st.one_of(
+    st.none(),
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True), st.none(), st.integers(-5, 5), st.sampled_from(["-1", True])
+        ),
+        max_size=80,
+    ),
+)
+
+
+def _outcome(monkeypatch: pytest.MonkeyPatch, small: int, *args: object) -> object:
+    monkeypatch.setattr(trajectory_module, "_SMALL", small)
+    t = two_turns()
+    t.trajectory_id = "same"
+    prompt, output, prompt_logprobs, output_logprobs = args
+    try:
+        t.append_turn(
+            prompt,  # type: ignore[arg-type]
+            output,  # type: ignore[arg-type]
+            finish_reason="stop",
+            prompt_logprobs=prompt_logprobs,  # type: ignore[arg-type]
+            output_logprobs=output_logprobs,  # type: ignore[arg-type]
+        )
+    except TrajectoryError as e:
+        return str(e)
+    # NaN is the packed form of None, so compare the bytes, and the lists with NaN-safe repr.
+    return repr(t.to_dict()), bytes(t.packed_ids), bytes(t.packed_logprobs), t.crc32, bytes(t.ids_json)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompt=_ids, output=_ids, prompt_logprobs=_logprobs, output_logprobs=_logprobs)
+def test_short_turns_are_checked_without_numpy_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch, prompt: list, output: list, prompt_logprobs: list | None, output_logprobs: list | None  # type: ignore[type-arg]
+) -> None:
+    """Short id and logprob lists take a plain-Python path: same trajectory, same bytes, same errors as numpy's."""
+    args = (prompt, output, prompt_logprobs, output_logprobs)
+    assert _outcome(monkeypatch, 64, *args) == _outcome(monkeypatch, -1, *args)

@@ -29,6 +29,11 @@ FinishReason = Literal["stop", "length", "abort"]
 _DATA_URL = re.compile(r"data:image/[A-Za-z0-9.+-]+;base64,[A-Za-z0-9+/]+={0,2}")
 
 
+#: Up to this many values, a turn's ids and logprobs are checked and packed without numpy.
+_SMALL = 64
+_NAN = float("nan")
+
+
 class TrajectoryError(StrandsTitoError, ValueError):
     """A turn would break the trajectory's invariants; the trajectory is left unchanged."""
 
@@ -102,6 +107,8 @@ def _check_logprobs(
     values = list(logprobs)
     if len(values) != expected:
         raise TrajectoryError(f"{name}: {len(values)} logprobs for {expected} tokens")
+    if len(values) <= _SMALL and all(type(v) is float or v is None for v in values):
+        return _check_small_logprobs(name, values)
     missing = values.count(None)
     try:
         doubles = np.array(values, dtype=np.float64)  # None becomes NaN
@@ -125,10 +132,29 @@ def _check_ids(name: str, ids: Sequence[int]) -> tuple[list[int], bytes]:
         raise TrajectoryError(f"{name}: token ids must be int32 integers") from None
     if packed.itemsize != 4:
         raise TrajectoryError("this platform has no 4-byte C int")
+    if len(checked) <= _SMALL:
+        if checked and min(checked) < 0:
+            raise TrajectoryError(f"{name}: token ids must be non-negative")
+        return checked, _little_endian(packed)
     values = np.frombuffer(packed, dtype=np.int32)
     if values.size and values.min() < 0:
         raise TrajectoryError(f"{name}: token ids must be non-negative")
     return checked, values.astype("<i4", copy=False).tobytes()
+
+
+def _check_small_logprobs(name: str, values: list[float | None]) -> tuple[list[float | None], bytes]:
+    """:func:`_check_logprobs` for a few floats and Nones: the same result without numpy (a turn's output and the
+    new prompt after a tool call are usually this short, and numpy's set-up costs more than the check)."""
+    if any(v != v for v in values):  # NaN is the only float not equal to itself
+        raise TrajectoryError(f"{name}: a logprob is NaN or not a number")
+    return values, _little_endian(array("f", [_NAN if v is None else v for v in values]))
+
+
+def _little_endian(packed: array[Any]) -> bytes:
+    if sys.byteorder == "big":
+        packed = array(packed.typecode, packed)
+        packed.byteswap()
+    return packed.tobytes()
 
 
 class _CheckedTurn(NamedTuple):

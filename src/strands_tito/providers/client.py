@@ -15,7 +15,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
@@ -392,33 +392,40 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_CancelWatch.after_fork)
 
 
-async def until_cancelled[T](coro: Any, cancel_signal: threading.Event) -> T:
+async def until_cancelled[T](coro: Coroutine[Any, Any, T], cancel_signal: threading.Event) -> T:
     """Await ``coro`` unless ``cancel_signal`` (a thread-safe flag) is set first; then cancel it.
 
     The flag is watched by a thread blocked on it (:class:`_CancelWatch`), so a request in flight costs the loop
-    no wake-ups; setting the flag cancels the request at once.
+    no wake-ups; setting the flag cancels the request at once. ``coro`` runs in the caller's task (no task of its
+    own, which would cost a loop iteration per request): the watch cancels that task, and the cancellation is taken
+    back here and raised as :class:`RequestCancelledError`.
     """
-    task: asyncio.Task[T] = asyncio.ensure_future(coro)
-    fired = False
+    task = asyncio.current_task()
+    if task is None:  # not inside a task: nothing to cancel but the request itself
+        return await _in_own_task(coro, cancel_signal)
+    state = {"fired": False, "done": False}
 
     def fire() -> None:
-        nonlocal fired
-        if not task.done():
-            fired = True
+        # Runs on the loop's thread, so it cannot interleave with the ``finally`` below.
+        if not state["done"]:
+            state["fired"] = True
             task.cancel()
 
     watch = _CancelWatch.register(cancel_signal, task, fire)
     try:
-        result = await task
+        return await coro
     except asyncio.CancelledError:
-        if fired:
+        if state["fired"]:
+            task.uncancel()
             raise RequestCancelledError("request cancelled by the caller's cancel signal") from None
         raise
     finally:
+        state["done"] = True
         watch.discard(task)
-        if not task.done():
-            task.cancel()
-    return result
+
+
+async def _in_own_task[T](coro: Coroutine[Any, Any, T], cancel_signal: threading.Event) -> T:
+    return await asyncio.ensure_future(until_cancelled(coro, cancel_signal))
 
 
 #: The documented name for SGLang users (and strands-sglang 0.6's): the same class as :class:`TokenClient`.

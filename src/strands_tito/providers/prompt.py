@@ -23,6 +23,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
+import tokenizers
 from strands.types.content import Message, Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
@@ -241,6 +242,9 @@ class PromptEncoder:
             else {"enable_thinking": enable_thinking}
         )
         self._added: dict[int, str] = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        split_special = getattr(tokenizer, "split_special_tokens", False)
+        self._backend = backend if isinstance(backend, tokenizers.Tokenizer) and not split_special else None
         self._stand_in_text = self._render_or_fail(_STAND_IN, "render a system and a user message", generation=False)
         self.end_tokens: tuple[str, ...] = tuple(end_tokens) if end_tokens is not None else self._default_end_tokens()
         if not self.end_tokens:
@@ -261,7 +265,17 @@ class PromptEncoder:
         )
 
     def encode(self, text: str) -> list[int]:
-        """Encode text with no extra special tokens (the template already placed them)."""
+        """Encode text with no extra special tokens (the template already placed them).
+
+        A fast tokenizer's Rust backend is called directly: the same ids as ``tokenizer.encode(text,
+        add_special_tokens=False)`` (tested), without the wrapper's batch and padding set-up, which costs more than
+        encoding the few new tokens of a turn. Only while the backend pads, truncates or splits special tokens
+        (settings ``tokenizer.encode`` would change first) does the wrapper encode.
+        """
+        backend = self._backend
+        if backend is not None and not (backend.encode_special_tokens or backend.truncation or backend.padding):
+            ids: list[int] = backend.encode(text, add_special_tokens=False).ids
+            return ids
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _render_or_fail(self, messages: list[dict[str, Any]], what: str, *, generation: bool) -> str:
