@@ -134,7 +134,11 @@ def _outcome(monkeypatch: pytest.MonkeyPatch, small: int, *args: object) -> obje
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prompt=_ids, output=_ids, prompt_logprobs=_logprobs, output_logprobs=_logprobs)
 def test_short_turns_are_checked_without_numpy_with_the_same_result(
-    monkeypatch: pytest.MonkeyPatch, prompt: list, output: list, prompt_logprobs: list | None, output_logprobs: list | None  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+    prompt: list[object],
+    output: list[object],
+    prompt_logprobs: list[object] | None,
+    output_logprobs: list[object] | None,
 ) -> None:
     """Short id and logprob lists take a plain-Python path: same trajectory, same bytes, same errors as numpy's."""
     args = (prompt, output, prompt_logprobs, output_logprobs)
