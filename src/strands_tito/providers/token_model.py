@@ -283,8 +283,11 @@ class TokenModel(Model):
                 f"({len(messages)} messages now); strands-tito needs an append-only history "
                 "(use NullConversationManager)"
             )
-        earlier = sum(
-            1 for m in messages[: cursor - 1] if m["role"] == "assistant" for b in m["content"] if "toolUse" in b
+        # Only templates that number calls themselves (Kimi-K2) need the count; it walks the whole history.
+        earlier = (
+            sum(1 for m in messages[: cursor - 1] if m["role"] == "assistant" for b in m["content"] if "toolUse" in b)
+            if self._prompts.numbers_calls
+            else 0
         )
         return self._prompts.continuation(
             messages[cursor:], previous, trajectory.token_ids, earlier_calls=earlier, images=images

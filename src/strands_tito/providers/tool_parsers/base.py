@@ -91,13 +91,17 @@ def _no_constants(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# Built once: json.loads with hooks builds a decoder and its scanner on every call.
+_STRICT_DECODER = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+
+
 def strict_json(text: str) -> Any:
     """Decode JSON strictly: duplicate keys (at any depth) and ``NaN``/``Infinity`` are errors.
 
     Raises:
         ValueError: The text is not strict JSON (``json.JSONDecodeError`` is a subclass).
     """
-    return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants)
+    return _STRICT_DECODER.decode(text)
 
 
 def parse_json_object(text: str, what: str) -> dict[str, Any] | str:
