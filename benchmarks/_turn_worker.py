@@ -199,7 +199,8 @@ def build_tito(url: str, tokenizer: Any, max_new_tokens: int, probe: Probe, brea
         "model": model,
         "limiter": lambda n: ToolLimiter(max_tool_iters=n),
         "limit_error": ToolLimitReachedError,
-        "body_bytes": lambda payload: len(orjson.dumps(payload)),
+        # The client sends the ids as the trajectory's JSON fragment; the request's input_ids are a read-only view.
+        "body_bytes": lambda payload: len(orjson.dumps({**payload, "input_ids": list(payload["input_ids"])})),
         "trajectory_ids": trajectory_ids,
         "check": check,
         "reset": model.reset,

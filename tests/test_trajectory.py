@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from strands_tito import trajectory as trajectory_module
-from strands_tito.trajectory import Trajectory, TrajectoryError, decode_routed_experts
+from strands_tito.trajectory import PromptIds, Trajectory, TrajectoryError, decode_routed_experts
 
 
 def routing(rows: int, layers: int = 2, k: int = 2, offset: int = 0) -> str:
@@ -143,3 +143,38 @@ def test_short_turns_are_checked_without_numpy_with_the_same_result(
     """Short id and logprob lists take a plain-Python path: same trajectory, same bytes, same errors as numpy's."""
     args = (prompt, output, prompt_logprobs, output_logprobs)
     assert _outcome(monkeypatch, 64, *args) == _outcome(monkeypatch, -1, *args)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    context=st.lists(st.integers(0, 99), max_size=12),
+    new=st.lists(st.integers(0, 99), max_size=6),
+    later=st.lists(st.integers(0, 99), max_size=6),
+    index=st.integers(-25, 25),
+    start=st.none() | st.integers(-25, 25),
+    stop=st.none() | st.integers(-25, 25),
+    step=st.none() | st.sampled_from([1, 2, -1, -3]),
+)
+def test_prompt_ids_behave_like_the_list_they_stand_for(
+    context: list[int],
+    new: list[int],
+    later: list[int],
+    index: int,
+    start: int | None,
+    stop: int | None,
+    step: int | None,
+) -> None:
+    """A request's prompt is a view of the trajectory plus the new ids: the same as the concatenated list, also after
+    the trajectory grew past it."""
+    ids = PromptIds(context, new)
+    expected = context + new
+    context.extend(later)  # the trajectory grows after the request; the view still covers the ids it was made of
+    assert list(ids) == expected and len(ids) == len(expected)
+    assert ids == expected and expected == ids and ids == PromptIds(list(expected), [])
+    assert ids != [*expected, 0] and ids != expected[:-1] or not expected
+    assert ids[start:stop:step] == expected[start:stop:step]
+    if -len(expected) <= index < len(expected):
+        assert ids[index] == expected[index]
+    else:
+        with pytest.raises(IndexError):
+            ids[index]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +43,8 @@ class GenerationRequest:
     """One generation a provider must send.
 
     Attributes:
-        input_ids: The whole prompt: the trajectory so far plus the new prompt tokens.
+        input_ids: The whole prompt: the trajectory so far plus the new prompt tokens (a read-only sequence, the
+            trajectory's ids are not copied: :class:`~strands_tito.trajectory.PromptIds`; ``list()`` makes a list).
         input_ids_json: The same as JSON array text, built incrementally (request bodies embed it as it is).
         new_prompt: How many tokens at the end of ``input_ids`` are new (not yet in the trajectory).
         recorded: Tokens the trajectory already holds (0 on the first turn).
@@ -54,7 +56,7 @@ class GenerationRequest:
             ``input_ids``; the server expands them). Empty for a text-only prompt.
     """
 
-    input_ids: list[int]
+    input_ids: Sequence[int]
     new_prompt: int
     recorded: int
     sampling_params: dict[str, Any]

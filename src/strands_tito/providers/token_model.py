@@ -371,7 +371,7 @@ class TokenModel(Model):
         image_data = [*trajectory.image_data, *new_images]
         if image_data:
             await self._check_images_supported()
-        input_ids = trajectory.token_ids + prompt_ids
+        input_ids = trajectory.prompt_ids(prompt_ids)
         sampling_params = self._sampling_params()
         limit = await self._context_limit()
         if limit is not None:

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, cast
 
+import orjson
 from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
@@ -286,7 +287,7 @@ class VLLMModel(TokenModel):
     async def _via_generate(self, request: GenerationRequest) -> Generation:
         payload: dict[str, Any] = {
             "request_id": uuid.uuid4().hex,
-            "token_ids": request.input_ids,
+            "token_ids": _ids_json(request),
             "sampling_params": self._common_sampling(request),
             "stream": False,
         }
@@ -308,7 +309,7 @@ class VLLMModel(TokenModel):
     async def _via_completions(self, request: GenerationRequest) -> Generation:
         payload: dict[str, Any] = {
             **self._common_sampling(request),
-            "prompt": request.input_ids,
+            "prompt": _ids_json(request),
             "return_token_ids": True,
             # With logprobs, older servers without return_token_ids still identify each token ("token_id:N").
             "return_tokens_as_token_ids": True,
@@ -500,6 +501,11 @@ def _completion_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float
         got = len(values) if isinstance(values, list) else type(values).__name__
         raise VLLMResponseError(f"{where}: expected {len(output_ids)} entries, got {got}")
     return finite_logprobs(values, where, VLLMResponseError)
+
+
+def _ids_json(request: GenerationRequest) -> orjson.Fragment | list[int]:
+    """The prompt's ids for a request body: the JSON the trajectory keeps (no copy of the context), or a list."""
+    return orjson.Fragment(request.input_ids_json) if request.input_ids_json is not None else list(request.input_ids)
 
 
 def _prompt_logprobs(entries: Any, input_ids: Sequence[int], new_prompt: int, source: str) -> list[float | None]:
