@@ -171,7 +171,8 @@ def test_prompt_ids_behave_like_the_list_they_stand_for(
     context.extend(later)  # the trajectory grows after the request; the view still covers the ids it was made of
     assert list(ids) == expected and len(ids) == len(expected)
     assert ids == expected and expected == ids and ids == PromptIds(list(expected), [])
-    assert ids != [*expected, 0] and ids != expected[:-1] or not expected
+    assert ids != [*expected, 0]
+    assert ids != expected[:-1] or not expected
     assert ids[start:stop:step] == expected[start:stop:step]
     if -len(expected) <= index < len(expected):
         assert ids[index] == expected[index]
