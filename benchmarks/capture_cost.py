@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from strands_tito import spans as schema
+from strands_tito.capture.switch_on import CONTENT_OFF
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _machine import describe
@@ -182,11 +183,36 @@ CANDIDATES: tuple[tuple[str, dict[str, str]], ...] = (
     ),
 )
 
+# --settings: pick settings by label, these included. "strands/switch": capture off, Strands under the switch capture
+# sets; capture against it is strands-tito's own share (token attributes on the chat spans, their export, end signal).
+REFERENCES: tuple[tuple[str, dict[str, str]], ...] = (
+    (
+        "strands/switch",
+        {"STRANDS_TITO_CAPTURE": "0", "BENCH_TRACING": "1", "OTEL_SEMCONV_STABILITY_OPT_IN": CONTENT_OFF},
+    ),
+)
+
+
+def timed_exporter(endpoint: str) -> Any:
+    """The OTLP/HTTP exporter, adding up the CPU time its thread spends exporting (encoding and sending)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    class TimedExporter(OTLPSpanExporter):
+        cpu_s = 0.0
+
+        def export(self, spans: Any) -> Any:
+            start = time.thread_time()
+            try:
+                return super().export(spans)
+            finally:
+                self.cpu_s += time.thread_time() - start
+
+    return TimedExporter(endpoint=endpoint)
+
 
 def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int) -> dict[str, Any]:
     """Agent episodes in this process (a fresh one per setting); returns CPU per call and bytes sent per call."""
     from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from strands import Agent, tool
     from strands.agent.conversation_manager import NullConversationManager
@@ -195,9 +221,11 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     from strands_tito.tokenizers import build_qwen3_tokenizer
 
     provider = None
+    exporter = None
     if os.environ.get("BENCH_TRACING") == "1":
         provider = TracerProvider()
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=sink_url)))
+        exporter = timed_exporter(sink_url)
+        provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(provider)
 
     @tool
@@ -252,6 +280,7 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     tokens.clear()
     turns: list[float] = []
     episodes = 3
+    export0 = exporter.cpu_s if exporter is not None else 0.0
     c0 = time.process_time()
     for _ in range(episodes):
         starts.clear()
@@ -260,6 +289,7 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
         turns += [(b - a) * 1000 for a, b in itertools.pairwise(starts[1:])]
     flush()  # the exporter's work for these spans is part of the cost
     cpu = time.process_time() - c0
+    export_cpu = (exporter.cpu_s if exporter is not None else 0.0) - export0
     later = [s for i, s in enumerate(samples) if i % calls != 0]
     # The first call of an episode tokenizes the whole prompt (the same work in every setting): its model-call CPU is
     # taken out, so the cost per call is that of the calls after it, spans and their export included.
@@ -269,6 +299,8 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
         "per_turn_ms": statistics.median(turns),
         "first_call_ms": statistics.median(first),
         "cpu_ms_per_call": (1000 * cpu - sum(first)) / (len(samples) - len(first)),
+        # The exporter thread's share of it (OTLP encoding and HTTP), over the same calls.
+        "export_ms_per_call": 1000 * export_cpu / (len(samples) - len(first)),
         "calls": len(samples),
         "tokens": sum(tokens),
     }
@@ -320,6 +352,8 @@ def part3(
                 calls_made = sum(r["calls"] + calls for r in results)  # + the warm-up episode's calls
                 row[label] = {
                     "cpu_ms_per_call": statistics.median(r["cpu_ms_per_call"] for r in results),
+                    "export_ms_per_call": statistics.median(r["export_ms_per_call"] for r in results),
+                    "cpu_ms_per_call_all": [round(r["cpu_ms_per_call"], 3) for r in results],
                     "call_ms": statistics.median(r["per_call_ms"] for r in results),
                     "turn_ms": statistics.median(r["per_turn_ms"] for r in results),
                     "bytes_per_call": sent[label] / calls_made,
@@ -423,6 +457,10 @@ def main() -> None:
     parser.add_argument("--sizes", help="part 3 context sizes, comma-separated tokens (default 1024,8192,32768)")
     parser.add_argument("--rounds", type=int, help="part 3 rounds (default 2)")
     parser.add_argument("--candidates", action="store_true", help="part 3 also with other Strands switches")
+    parser.add_argument(
+        "--settings",
+        help="part 3 settings by label, comma-separated, e.g. untraced,strands/switch,capture (default: the four)",
+    )
     args = parser.parse_args()
     if args.worker:
         url, sink, n, calls = args.worker
@@ -431,6 +469,9 @@ def main() -> None:
     if args.part3_only:
         p3_sizes = [int(x) for x in (args.sizes or "1024,8192,32768").split(",")]
         settings = SETTINGS + CANDIDATES if args.candidates else SETTINGS
+        if args.settings:
+            known = dict(SETTINGS + CANDIDATES + REFERENCES)
+            settings = tuple((label, known[label]) for label in args.settings.split(","))
         print(json.dumps(part3(p3_sizes, calls=20, rounds=args.rounds or 2, settings=settings), indent=1))
         return
     sizes = [8_192, 32_768] if args.quick else [8_192, 32_768, 131_072]
