@@ -26,6 +26,7 @@ import pytest
 from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.capture import recorder as capture
+from strands_tito.capture.sampler import ENV_SPANS
 from strands_tito.capture.switch_on import (
     CONTENT_OFF,
     ENV_SPAN_CONTENT,
@@ -208,6 +209,7 @@ def test_opentelemetry_instrument_without_a_distro_installs_the_exporter(engine,
     assert_exact(received, engine)
     assert len({s.span_id for s in received}) == len(received)
     assert_agentlightning(received, sink.bodies)
+    assert {s.name for s in received} == {spans.SPAN_TURN, spans.SPAN_END}  # the provider capture installed
 
 
 # -- (b) STRANDS_TITO_CAPTURE -----------------------------------------------------------------------------------------
@@ -221,6 +223,24 @@ def test_strands_tito_capture_otlp(engine, sinks) -> None:  # type: ignore[no-un
     assert_exact(received, engine)
     assert len({s.span_id for s in received}) == len(received)
     assert_agentlightning(received, sink.bodies)
+    # capture's own provider records only what capture reads: the chat spans and its end signal, in one trace
+    assert {s.name for s in received} == {spans.SPAN_TURN, spans.SPAN_END}
+    assert len({s.trace_id for s in received if s.name == spans.SPAN_TURN}) == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "all_spans"),
+    [({ENV_SPANS: "all"}, True), ({"OTEL_TRACES_SAMPLER": "always_on"}, True), ({ENV_SPANS: "capture"}, False)],
+    ids=["all", "users-sampler", "capture"],
+)
+def test_capture_provider_records_every_span_when_asked(engine, sinks, env, all_spans) -> None:  # type: ignore[no-untyped-def]
+    """STRANDS_TITO_SPANS=all (or a sampler the user named) keeps Strands' agent, cycle and tool spans too."""
+    sink = sinks()
+    run_agent(engine, {capture.ENV_CAPTURE: "1", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, **env})
+    received = sink.spans()
+    assert_exact(received, engine)
+    strands_spans = {"invoke_agent Strands Agents", "execute_event_loop_cycle", "execute_tool add"}
+    assert (strands_spans <= {s.name for s in received}) is all_spans
 
 
 def test_strands_tito_capture_attaches_to_the_apps_own_telemetry(engine, sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -341,8 +361,9 @@ def test_unset_imports_nothing_and_exports_nothing(engine, sinks) -> None:  # ty
         ),
         ({**DISTRO_ENV, "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "16"}, True, "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"),
         ({capture.ENV_CAPTURE: "otlp,bogus"}, False, capture.ENV_CAPTURE),
+        ({capture.ENV_CAPTURE: "otlp", ENV_SPANS: "some"}, False, ENV_SPANS),
     ],
-    ids=["limit-variable", "limit-instrument", "bad-value"],
+    ids=["limit-variable", "limit-instrument", "bad-value", "bad-spans"],
 )
 def test_bad_settings_stop_the_process_at_start_up(env: dict[str, str], instrument: bool, variable: str) -> None:
     done = run(env, "-c", "print('the program ran')", instrument=instrument)

@@ -54,6 +54,7 @@ from strands_tito.capture.recorder import (
     check_span_limits,
     shutdown_capture,
 )
+from strands_tito.capture.sampler import capture_sampler
 from strands_tito.records import ON_VALUES, capture_off
 
 logger = logging.getLogger(__name__)
@@ -258,6 +259,7 @@ class _Switch:
         except ValueError as e:  # a limit variable that is not a number
             raise CaptureConfigError(f"span limits: {e}") from e
         check_span_limits(limits)
+        capture_sampler()  # a bad STRANDS_TITO_SPANS stops the process now, not at the first agent
         if request.otlp or export_own_provider:
             otlp_protocol()
         keep_content_off_spans()
@@ -325,7 +327,7 @@ class _Switch:
 
     def install_provider(self) -> TracerProvider:
         """Install an SDK tracer provider (standard ``OTEL_*`` settings, Agent Lightning ids on the resource)."""
-        provider = TracerProvider(resource=Resource.create(agentlightning_identity()))
+        provider = TracerProvider(resource=Resource.create(agentlightning_identity()), sampler=capture_sampler())
         trace.set_tracer_provider(provider)
         current = trace.get_tracer_provider()
         if current is not provider:  # another thread set one first

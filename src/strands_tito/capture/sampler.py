@@ -1,0 +1,77 @@
+"""Which spans the tracer provider capture installs records: the ones capture reads, unless asked for all.
+
+When no application made a tracer provider, capture installs one (``STRANDS_TITO_CAPTURE``, or
+``opentelemetry-instrument`` without a distro). By default it records only the spans that carry trajectory data:
+Strands' ``chat`` spans (one per model call, where each turn's tokens go) and strands-tito's own ``tito.*`` spans
+(end signals, rewards). Strands' agent, event-loop-cycle and tool spans are not recorded: nothing of a trajectory is
+on them, and recording them is most of what tracing costs a running agent (the SDK's span objects, Strands' work
+on ending recording spans, their export), several times strands-tito's own share (BENCHMARKS.md, "Where the
+capture overhead goes"). The ``chat`` spans keep their trace ids, so spans of one agent run still share a trace.
+
+``STRANDS_TITO_SPANS=all`` records every span (for a trace viewer fed by the same exporter), and a sampler the user
+chose with ``OTEL_TRACES_SAMPLER`` is used as it is. A provider the application made is never changed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace.span import TraceState
+from opentelemetry.util.types import Attributes
+
+from strands_tito import spans
+from strands_tito.capture.recorder import CaptureConfigError
+
+__all__ = ["ENV_SPANS", "CaptureSampler", "capture_sampler"]
+
+ENV_SPANS = "STRANDS_TITO_SPANS"
+#: ``STRANDS_TITO_SPANS`` values: only the spans capture reads (default), or every span.
+SPAN_CHOICES = ("capture", "all")
+
+
+class CaptureSampler(Sampler):
+    """Record Strands' ``chat`` spans and strands-tito's ``tito.*`` spans; drop the rest.
+
+    The decision goes by the span's name alone, not its parent's, since the ``chat`` spans' parents (Strands'
+    cycle spans) are the ones dropped.
+    """
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        """``RECORD_AND_SAMPLE`` for a span capture reads, ``DROP`` for any other."""
+        if name == spans.SPAN_TURN or name.startswith("tito."):
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes, trace_state)
+        return SamplingResult(Decision.DROP, None, trace_state)
+
+    def get_description(self) -> str:
+        """The sampler's name, as the SDK reports it."""
+        return "StrandsTitoCaptureSampler"
+
+
+def capture_sampler() -> Sampler | None:
+    """The sampler for a provider capture installs: :class:`CaptureSampler`, or None for the SDK's own choice
+    (``STRANDS_TITO_SPANS=all``, or a sampler named in ``OTEL_TRACES_SAMPLER``).
+
+    Raises:
+        CaptureConfigError: ``STRANDS_TITO_SPANS`` is neither ``capture`` nor ``all``.
+    """
+    value = os.environ.get(ENV_SPANS, "").strip().lower() or "capture"
+    if value not in SPAN_CHOICES:
+        raise CaptureConfigError(
+            f"{ENV_SPANS}={os.environ[ENV_SPANS]!r}: use capture (only the spans capture reads) or all"
+        )
+    if value == "all" or os.environ.get("OTEL_TRACES_SAMPLER", "").strip():
+        return None
+    return CaptureSampler()
