@@ -23,6 +23,7 @@ import random
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -160,6 +161,9 @@ SETTINGS: tuple[tuple[str, dict[str, str]], ...] = (
     ("strands", {"STRANDS_TITO_CAPTURE": "0", "BENCH_TRACING": "1"}),
     ("capture", {"STRANDS_TITO_CAPTURE": "1", "BENCH_TRACING": "1"}),
     ("capture+content", {"STRANDS_TITO_CAPTURE": "1", "BENCH_TRACING": "1", "STRANDS_TITO_SPAN_CONTENT": "1"}),
+    # No provider of the application's: capture installs its own, exporting over OTLP to the sink through its disk
+    # spool, and records only the spans it reads (Strands' chat spans, its end signals). The default for RL capture.
+    ("capture/own", {"STRANDS_TITO_CAPTURE": "1", "BENCH_TRACING": "0", "OTEL_EXPORTER_OTLP_ENDPOINT": "{sink}"}),
 )
 # --candidates: capture with other Strands switches for the text-off case (a value the user sets is kept as it is).
 CANDIDATES: tuple[tuple[str, dict[str, str]], ...] = (
@@ -189,6 +193,15 @@ REFERENCES: tuple[tuple[str, dict[str, str]], ...] = (
     (
         "strands/switch",
         {"STRANDS_TITO_CAPTURE": "0", "BENCH_TRACING": "1", "OTEL_SEMCONV_STABILITY_OPT_IN": CONTENT_OFF},
+    ),
+    (
+        "capture/own+all",
+        {
+            "STRANDS_TITO_CAPTURE": "1",
+            "BENCH_TRACING": "0",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "{sink}",
+            "STRANDS_TITO_SPANS": "all",
+        },
     ),
 )
 
@@ -271,8 +284,10 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
         model.reset()
 
     def flush() -> None:
-        if provider is not None:
-            provider.force_flush()
+        # capture/own: the provider capture installed (with the first Agent); its spool waits for the sink's answer
+        installed = provider or trace.get_tracer_provider()
+        if isinstance(installed, TracerProvider):
+            installed.force_flush()
 
     asyncio.run(episode())  # warm-up
     flush()
@@ -314,7 +329,10 @@ def part3(
     script.write_text(json.dumps({"scripts": [], "default": {"text": call}}))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    sink = f"http://127.0.0.1:{server.server_port}/v1/traces"
+    sink_base = f"http://127.0.0.1:{server.server_port}"
+    sink = f"{sink_base}/v1/traces"
+    # capture/own spools what the sink has not acknowledged yet: in a directory of this run, not the user's cache.
+    spool = {"STRANDS_TITO_SPOOL_DIR": tempfile.mkdtemp(prefix="capture_cost-spool-")}
     rows = []
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "STRANDS_TITO_"))}
     try:
@@ -328,7 +346,7 @@ def part3(
                         before = _Sink.received
                         done = subprocess.run(
                             [sys.executable, __file__, "--worker", engine[1], sink, str(n), str(calls)],
-                            env={**clean, **extra},
+                            env={**clean, **{k: v.replace("{sink}", sink_base) for k, v in extra.items()}, **spool},
                             capture_output=True,
                             text=True,
                         )
