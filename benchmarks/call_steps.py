@@ -4,8 +4,9 @@
 
 Each worker is a fresh process running a real Strands ``Agent`` (tool ``noop``, ``NullConversationManager``,
 ``ToolLimiter``) with ``SGLangModel`` against the local engine (its own process), the same workload as
-``client_cost.py``. Timers (thread CPU) wrap the provider's steps: prompt (template render and encoding of the new
-messages), send (request, HTTP exchange, reply checks) and record (trajectory append, strict tool parse, capture).
+``client_cost.py``. Timers (process CPU, the client-cost worker's ``Probe``) wrap the provider's steps: prompt
+(template render and encoding of the new messages), send (request, HTTP exchange, reply checks) and record
+(trajectory append, strict tool parse, capture).
 Steps are timed where they run, in the loop, because there they run with cold caches (the engine and Strands' own
 work run between two calls) and cost several times what a tight-loop micro-benchmark says.
 
@@ -25,10 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -52,7 +50,7 @@ def worker(url: str, tokenizer_dir: str, prompt_file: str, episodes: int, out: s
     from transformers import AutoTokenizer
 
     sys.path.insert(0, str(HERE))
-    from _turn_worker import USER_PROMPT, noop
+    from _turn_worker import USER_PROMPT, Probe, noop
 
     from strands_tito import SGLangClient, SGLangModel, ToolLimiter
     from strands_tito import trajectory as trajectory_module
@@ -68,19 +66,10 @@ def worker(url: str, tokenizer_dir: str, prompt_file: str, episodes: int, out: s
         "trajectory": trajectory_module.Trajectory,
         "parser": model.tool_parser,
     }
-    calls: list[dict[str, float]] = []
+    probe = Probe()  # the client-cost worker's timers: process CPU per call and per wrapped step
     for label, owner, name in STEPS:
-        _time_attribute(owners[owner], name, label, calls)
-    original = model.stream
-
-    async def stream(*args: Any, **kwargs: Any) -> Any:
-        calls.append({})
-        start = time.thread_time()
-        async for event in original(*args, **kwargs):
-            yield event
-        calls[-1]["whole call"] = time.thread_time() - start
-
-    model.stream = stream  # type: ignore[method-assign]
+        probe.timed_attr(owners[owner], name, label)
+    probe.wrap_stream(model)
     system = Path(prompt_file).read_text(encoding="utf-8")
 
     async def episode() -> None:
@@ -99,39 +88,12 @@ def worker(url: str, tokenizer_dir: str, prompt_file: str, episodes: int, out: s
     asyncio.run(episode())  # warm-up
     measured: list[dict[str, float]] = []
     for _ in range(episodes):
-        calls.clear()
+        probe.reset()
         asyncio.run(episode())
-        measured += calls[1:30]  # the first call renders and encodes the whole prompt
-    Path(out).write_text(json.dumps([{k: v * 1000 for k, v in c.items()} for c in measured]), encoding="utf-8")
-
-
-def _time_attribute(owner: Any, name: str, label: str, calls: list[dict[str, float]]) -> None:
-    original = getattr(owner, name)
-
-    def account(start: float) -> None:
-        if calls:
-            calls[-1][label] = calls[-1].get(label, 0.0) + time.thread_time() - start
-
-    wrapper: Callable[..., Any]
-    if asyncio.iscoroutinefunction(original):
-
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            start = time.thread_time()
-            try:
-                return await original(*args, **kwargs)
-            finally:
-                account(start)
-
-    else:
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            start = time.thread_time()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                account(start)
-
-    setattr(owner, name, wrapper)
+        for call in probe.calls[1:30]:  # the first call renders and encodes the whole prompt
+            steps = {label: call.get(label, 0.0) * 1000 for label, _, _ in STEPS}
+            measured.append({"whole call": (call["c1"] - call["c0"]) * 1000, **steps})
+    Path(out).write_text(json.dumps(measured), encoding="utf-8")
 
 
 def main() -> None:
@@ -178,7 +140,7 @@ def main() -> None:
     print(
         f"call_steps at {args.size}: A = {args.ref}, B = working tree; {args.rounds} rounds x {args.episodes} episodes;"
     )
-    print(f"load average (1 min) {load:.2f} at start, {os.getloadavg()[0]:.2f} at end; thread CPU medians, ms\n")
+    print(f"load average (1 min) {load:.2f} at start, {os.getloadavg()[0]:.2f} at end; process CPU medians, ms\n")
     print("| step | A | B | B / A |\n|---|---|---|---|")
     for label in ("whole call", *(label for label, _, _ in STEPS)):
         a = statistics.median(c.get(label, 0.0) for c in results["A"])

@@ -129,6 +129,29 @@ def test_collector_down_then_up_delivers_everything_in_order(tmp_path: Path) -> 
     assert not processor.spool.dir.exists()
 
 
+def test_turns_wait_for_the_schedule_but_an_end_signal_sends_them_at_once(tmp_path: Path) -> None:
+    """Turn spans are batched (one HTTP request costs about 1 ms of client CPU); a trajectory's end signal sends what
+    is queued right away, in order, so the collector can write the record without waiting for the schedule."""
+    gate = Gate()
+    gate.up.set()
+    processor = SpoolingSpanProcessor(gate, Spool(tmp_path), schedule_delay=60)
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    first, second = make_trajectory(3), make_trajectory(2)
+    turn_spans(provider, first)
+    time.sleep(0.3)
+    assert gate.attempts == 0  # the turns wait for the (long) schedule
+    provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(first)).end()
+    deadline = time.monotonic() + 5
+    while len(gate.delivered) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [dict(s.attributes or {}).get(schema.KIND) for s in gate.delivered] == ["turn", "turn", "turn", "end"]
+    turn_spans(provider, second)  # the next trajectory's turns wait again
+    time.sleep(0.3)
+    assert len(gate.delivered) == 4 and gate.attempts == 1
+    processor.shutdown()
+
+
 def test_exit_leaves_the_rest_in_the_spool_and_the_next_process_sends_it(tmp_path: Path) -> None:
     gate = Gate()
     first = SpoolingSpanProcessor(gate, Spool(tmp_path), schedule_delay=0.01, max_backoff=0.05)

@@ -225,11 +225,14 @@ def otlp_processor() -> SpanProcessor:
             "queue_spans": env_int(ENV_QUEUE_SPANS, DEFAULT_QUEUE_SPANS),
             "queue_bytes": env_int(ENV_QUEUE_BYTES, DEFAULT_QUEUE_BYTES),
         }
+        # The standard variable of the SDK's batch processor, in milliseconds (its default, 5 s, here too).
+        schedule_delay = env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
         spool = Spool(default_spool_root() / spool_key(service, otlp_endpoint()))
     except (ValueError, OSError) as e:
         raise CaptureConfigError(f"trace spool: {e} (STRANDS_TITO_SPOOL_DIR, {ENV_MAX_BYTES}, ...)") from e
     return OtlpCaptureProcessor(
-        SpoolingSpanProcessor(otlp_exporter(), spool, **limits), BatchSpanProcessor(otlp_exporter())
+        SpoolingSpanProcessor(otlp_exporter(), spool, schedule_delay=schedule_delay, **limits),
+        BatchSpanProcessor(otlp_exporter()),
     )
 
 
