@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from strands import Agent
@@ -523,14 +524,15 @@ def forced(model: VLLMModel, regexes: list[str]) -> Callable[[BeforeModelCallEve
 
 
 def recording(model: VLLMModel) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    """Keep every generation request and reply the model exchanges with the server."""
+    """Keep every generation request (the JSON body as sent) and reply the model exchanges with the server."""
     exchanges: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
     original = model.client.request_json
 
     async def request_json(method: str, path: str, payload: Any = None) -> Any:
         reply = await original(method, path, payload)
         if path in (GENERATE, COMPLETIONS):
-            exchanges.append((path, payload, reply))
+            # Bodies embed the trajectory's own JSON ids (an orjson.Fragment): read them back as the server does.
+            exchanges.append((path, orjson.loads(orjson.dumps(payload)), reply))
         return reply
 
     model.client.request_json = request_json  # type: ignore[method-assign]
