@@ -34,6 +34,7 @@ _DATA_URL = re.compile(r"data:image/[A-Za-z0-9.+-]+;base64,[A-Za-z0-9+/]+={0,2}"
 #: Up to this many values, a turn's ids and logprobs are checked and packed without numpy.
 _SMALL = 64
 _NAN = float("nan")
+_FLOAT_OR_NONE = frozenset({float, type(None)})
 
 
 class TrajectoryError(StrandsTitoError, ValueError):
@@ -118,6 +119,8 @@ def _check_logprobs(
         raise TrajectoryError(f"{name}: a logprob is not a number") from None
     if doubles.ndim != 1 or int(np.isnan(doubles).sum()) != missing:
         raise TrajectoryError(f"{name}: a logprob is NaN or not a number")
+    if set(map(type, values)) <= _FLOAT_OR_NONE:  # keep the float objects the reply already has
+        return values, doubles.astype("<f4").tobytes()
     checked: list[float | None] = doubles.tolist()
     if missing:  # the NaNs are exactly the Nones
         for i in np.flatnonzero(np.isnan(doubles)).tolist():

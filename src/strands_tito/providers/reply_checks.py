@@ -57,6 +57,8 @@ def checked_logprobs(values: Sequence[Any]) -> list[float | None] | None:
         return None
     if int(np.isfinite(doubles).sum()) + missing != len(values):
         return None
+    if int not in kinds:  # floats and Nones already: keep those objects (no second set of 32k floats to allocate)
+        return list(values)
     out: list[float | None] = doubles.tolist()
     if missing:  # every NaN is a None (a NaN value would have been counted as not finite)
         for i in np.flatnonzero(np.isnan(doubles)).tolist():
