@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import statistics
@@ -45,55 +44,41 @@ STEPS = (
 
 def worker(url: str, tokenizer_dir: str, prompt_file: str, episodes: int, out: str) -> None:
     """Run the episodes in this process and write every call's step times (ms) to ``out``."""
-    from strands import Agent
-    from strands.agent.conversation_manager import NullConversationManager
     from transformers import AutoTokenizer
 
     sys.path.insert(0, str(HERE))
-    from _turn_worker import USER_PROMPT, Probe, noop
+    from _turn_worker import Probe, build_tito, run_episode
 
-    from strands_tito import SGLangClient, SGLangModel, ToolLimiter
     from strands_tito import trajectory as trajectory_module
 
-    client = SGLangClient(url)
-    model = SGLangModel(
-        client=client, tokenizer=AutoTokenizer.from_pretrained(tokenizer_dir), sampling_params={"max_new_tokens": 64}
-    )
+    # The client-cost worker's model, episode and checks (each trajectory equals what the engine saw), plus timers.
+    probe = Probe()
+    impl = build_tito(url, AutoTokenizer.from_pretrained(tokenizer_dir), 64, probe, breakdown=False)
+    model = impl["model"]
     owners = {
         "model": model,
         "encoder": model._prompts,
-        "client": client,
+        "client": model.client,
         "trajectory": trajectory_module.Trajectory,
         "parser": model.tool_parser,
     }
-    probe = Probe()  # the client-cost worker's timers: process CPU per call and per wrapped step
     for label, owner, name in STEPS:
         probe.timed_attr(owners[owner], name, label)
     probe.wrap_stream(model)
     system = Path(prompt_file).read_text(encoding="utf-8")
 
-    async def episode() -> None:
-        agent = Agent(
-            model=model,
-            tools=[noop],
-            system_prompt=system,
-            callback_handler=None,
-            conversation_manager=NullConversationManager(),
-            hooks=[ToolLimiter(max_tool_iters=30)],
-        )
-        with contextlib.suppress(Exception):  # the limiter ends the episode with an exception
-            await agent.invoke_async(USER_PROMPT)
-        model.reset()
+    async def run() -> list[dict[str, float]]:
+        await run_episode(impl, probe, system, 3)  # warm-up
+        measured: list[dict[str, float]] = []
+        for _ in range(episodes):
+            episode = await run_episode(impl, probe, system, 30)
+            for call in episode["calls"][1:]:  # the first call renders and encodes the whole prompt
+                parts = call.get("parts", {})
+                steps = {label: parts.get(label, 0.0) * 1000 for label, _, _ in STEPS}
+                measured.append({"whole call": call["call_cpu"] * 1000, **steps})
+        return measured
 
-    asyncio.run(episode())  # warm-up
-    measured: list[dict[str, float]] = []
-    for _ in range(episodes):
-        probe.reset()
-        asyncio.run(episode())
-        for call in probe.calls[1:30]:  # the first call renders and encodes the whole prompt
-            steps = {label: call.get(label, 0.0) * 1000 for label, _, _ in STEPS}
-            measured.append({"whole call": (call["c1"] - call["c0"]) * 1000, **steps})
-    Path(out).write_text(json.dumps(measured), encoding="utf-8")
+    Path(out).write_text(json.dumps(asyncio.run(run())), encoding="utf-8")
 
 
 def main() -> None:
