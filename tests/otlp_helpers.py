@@ -65,40 +65,51 @@ def random_trajectory(rng: random.Random, turns: int = 3, vocab: int = 151_000) 
     return t
 
 
-def turn_spans(t: Trajectory, encoding: schema.Encoding = "packed") -> list[Span]:
+def turn_attribute_sets(t: Trajectory, encoding: schema.Encoding = "packed", **extra: Any) -> list[dict[str, Any]]:
+    """The ``tito.*`` attributes of each of the trajectory's turns, as ``record_turn`` puts them on a chat span."""
     out = []
     for turn in t.turns:
         start, end = turn.output_start, turn.output_start + turn.output_length
-        attributes = schema.turn_attributes(
-            t.trajectory_id,
-            turn.index,
-            turn.prompt_start,
-            turn.prefix_crc32,
-            t.token_ids[turn.prompt_start : start],
-            t.logprobs[turn.prompt_start : start],
-            t.token_ids[start:end],
-            t.logprobs[start:end],
-            finish_reason=turn.finish_reason,
-            encoding=encoding,
-            model_id="test-model",
+        out.append(
+            schema.turn_attributes(
+                t.trajectory_id,
+                turn.index,
+                turn.prompt_start,
+                turn.prefix_crc32,
+                t.token_ids[turn.prompt_start : start],
+                t.logprobs[turn.prompt_start : start],
+                t.token_ids[start:end],
+                t.logprobs[start:end],
+                finish_reason=turn.finish_reason,
+                encoding=encoding,
+                **extra,
+            )
         )
-        out.append(make_span("chat", {"gen_ai.operation.name": "chat", **attributes}))
     return out
 
 
+def turn_spans(t: Trajectory, encoding: schema.Encoding = "packed") -> list[Span]:
+    return [
+        make_span("chat", {"gen_ai.operation.name": "chat", **attributes})
+        for attributes in turn_attribute_sets(t, encoding, model_id="test-model")
+    ]
+
+
+def end_attributes(t: Trajectory, reason: str = "reset") -> dict[str, Any]:
+    """The attributes of the trajectory's end signal."""
+    return {
+        schema.SCHEMA: schema.SCHEMA_VERSION,
+        schema.KIND: "end",
+        schema.TRAJECTORY_ID: t.trajectory_id,
+        schema.END_REASON: reason,
+        schema.END_TURNS: len(t.turns),
+        schema.END_LENGTH: len(t),
+        schema.END_CRC32: t.crc32,
+    }
+
+
 def end_span(t: Trajectory, reason: str = "reset") -> Span:
-    return make_span(
-        schema.SPAN_END,
-        {
-            schema.SCHEMA: schema.SCHEMA_VERSION,
-            schema.KIND: "end",
-            schema.TRAJECTORY_ID: t.trajectory_id,
-            schema.END_REASON: reason,
-            schema.END_TURNS: len(t.turns),
-            schema.END_LENGTH: len(t),
-            schema.END_CRC32: t.crc32,
-        },
-    )
+    return make_span(schema.SPAN_END, end_attributes(t, reason))
 
 
 def reward_span(t: Trajectory, value: float) -> Span:

@@ -19,6 +19,8 @@ from strands_tito.capture.spool import Spool, decode_request, encode_request
 from strands_tito.capture.spool_processor import SpoolingSpanProcessor
 from strands_tito.trajectory import Trajectory
 
+from .otlp_helpers import end_attributes, turn_attribute_sets
+
 
 class Gate(SpanExporter):
     """An exporter whose collector is up or down at the test's say; keeps what it delivered."""
@@ -41,34 +43,10 @@ class Gate(SpanExporter):
 
 
 def turn_spans(provider: TracerProvider, trajectory: Trajectory) -> None:
-    """A trajectory's turn spans and end signal, through ``provider``."""
+    """A trajectory's turn spans, through ``provider``."""
     tracer = provider.get_tracer("t")
-    for turn in trajectory.turns:
-        start, end = turn.output_start, turn.output_start + turn.output_length
-        attributes = schema.turn_attributes(
-            trajectory.trajectory_id,
-            turn.index,
-            turn.prompt_start,
-            turn.prefix_crc32,
-            trajectory.token_ids[turn.prompt_start : start],
-            trajectory.logprobs[turn.prompt_start : start],
-            trajectory.token_ids[start:end],
-            trajectory.logprobs[start:end],
-            finish_reason="stop",
-        )
+    for attributes in turn_attribute_sets(trajectory):
         tracer.start_span("chat", attributes=attributes).end()
-
-
-def end_attributes(trajectory: Trajectory) -> dict[str, object]:
-    return {
-        schema.SCHEMA: schema.SCHEMA_VERSION,
-        schema.KIND: "end",
-        schema.TRAJECTORY_ID: trajectory.trajectory_id,
-        schema.END_REASON: "reset",
-        schema.END_TURNS: len(trajectory.turns),
-        schema.END_LENGTH: len(trajectory),
-        schema.END_CRC32: trajectory.crc32,
-    }
 
 
 def make_trajectory(turns: int, tokens: int = 50) -> Trajectory:
