@@ -8,8 +8,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from strands_tito.providers import vllm
+from strands_tito.providers import reply_checks, vllm
 from strands_tito.providers.reply_checks import finite_logprobs, is_token_id_list, keyed_logprobs, triple_logprobs
 from strands_tito.providers.sglang import SGLangResponseError, _parse_reply
 from strands_tito.providers.token_model import check_token_ids, finite_logprob
@@ -97,6 +99,39 @@ def test_finite_logprobs_matches_the_per_entry_check(n: int) -> None:
     assert finite_logprobs([None, None], "lp", SGLangResponseError) == [None, None]
     assert finite_logprobs([0, -1], "lp", SGLangResponseError) == [0.0, -1.0]
     assert all(type(v) is float for v in finite_logprobs([0, -1], "lp", SGLangResponseError))
+
+
+# Long lists of floats, as a long tool result's input logprobs come: often a None first (SGLang's first position),
+# sometimes a NaN, an inf, another None, or values whose sum overflows although each is finite.
+_long_floats = st.builds(
+    lambda first, body, tail: [*first, *body, *tail],
+    st.sampled_from([[], [None]]),
+    st.lists(st.floats(-1e3, 0.0), min_size=65, max_size=120),
+    st.lists(st.sampled_from([math.nan, math.inf, -math.inf, None, 1.7e308, -1.7e308, -0.5]), max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=_long_floats, seed=st.integers(0, 2**16))
+def test_long_float_logprobs_take_the_sum_check_with_the_per_entry_result(values: list[Any], seed: int) -> None:
+    """Floats (a None first allowed) are accepted after one ``sum``: same result and errors as the per-entry check."""
+    random.Random(seed).shuffle(values)  # a None or a bad value anywhere, not only at the end
+    if seed % 3 == 0 and values[0] is not None:
+        values.insert(0, None)
+    fast = outcome(lambda: finite_logprobs(values, "lp", SGLangResponseError))
+    assert fast == outcome(lambda: ref_finite(values, "lp"))
+    if fast[0] == "ok":
+        assert all(a is b for a, b in zip(fast[1], values, strict=True))  # the reply's own float objects
+
+
+def test_the_sum_check_is_only_a_shortcut() -> None:
+    """An overflowing sum of finite values, or a None after the first, is no verdict: numpy then decides."""
+    assert reply_checks._all_finite([None, -0.5, -1.0])
+    assert not reply_checks._all_finite([-1.7e308] * 2)
+    assert not reply_checks._all_finite([-0.5, None])
+    assert not reply_checks._all_finite([-0.5, math.nan])
+    huge = [-1.7e308] * 100
+    assert finite_logprobs(huge, "lp", SGLangResponseError) == huge
 
 
 @pytest.mark.parametrize("before", [1, 200])  # a short reply (plain loop) and a long one (numpy)

@@ -145,6 +145,38 @@ def test_short_turns_are_checked_without_numpy_with_the_same_result(
     assert _outcome(monkeypatch, 64, *args) == _outcome(monkeypatch, -1, *args)
 
 
+_float_logprobs = st.builds(
+    lambda first, body, tail: [*first, *body, *tail],
+    st.sampled_from([[], [None]]),
+    st.lists(st.floats(-1e3, 0.0, width=32), min_size=65, max_size=100),
+    st.lists(st.sampled_from([math.nan, math.inf, -math.inf, None, -1e300, 3.4e38, -0.5]), max_size=3),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompt_logprobs=_float_logprobs, output_logprobs=_float_logprobs, seed=st.integers(0, 2**16))
+def test_long_float_logprobs_are_packed_without_numpy_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch, prompt_logprobs: list[float | None], output_logprobs: list[float | None], seed: int
+) -> None:
+    """Long lists of floats (a None first allowed) are packed by ``array`` and checked by ``sum``: the same
+    trajectory, bytes and errors as the numpy path."""
+    import random
+
+    random.Random(seed).shuffle(prompt_logprobs)
+    if seed % 2 and prompt_logprobs[0] is not None:
+        prompt_logprobs.insert(0, None)
+    args = (
+        list(range(len(prompt_logprobs))),
+        list(range(len(output_logprobs))),
+        prompt_logprobs,
+        output_logprobs,
+    )
+    fast = _outcome(monkeypatch, -1, *args)
+    with monkeypatch.context() as patch:  # undone before the next example
+        patch.setattr(trajectory_module, "_pack_float_logprobs", lambda values: None)
+        assert fast == _outcome(monkeypatch, -1, *args)
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     context=st.lists(st.integers(0, 99), max_size=12),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import math
 import operator
 import re
 import sys
@@ -17,7 +18,7 @@ import zlib
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, overload
+from typing import Any, Literal, NamedTuple, cast, overload
 
 import numpy as np
 import orjson
@@ -34,6 +35,7 @@ _DATA_URL = re.compile(r"data:image/[A-Za-z0-9.+-]+;base64,[A-Za-z0-9+/]+={0,2}"
 #: Up to this many values, a turn's ids and logprobs are checked and packed without numpy.
 _SMALL = 64
 _NAN = float("nan")
+_NAN_F4 = np.array([_NAN], dtype="<f4").tobytes()
 _FLOAT_OR_NONE = frozenset({float, type(None)})
 
 
@@ -112,6 +114,9 @@ def _check_logprobs(
         raise TrajectoryError(f"{name}: {len(values)} logprobs for {expected} tokens")
     if len(values) <= _SMALL and all(type(v) is float or v is None for v in values):
         return _check_small_logprobs(name, values)
+    packed = _pack_float_logprobs(values)
+    if packed is not None:
+        return values, packed
     missing = values.count(None)
     try:
         doubles = np.array(values, dtype=np.float64)  # None becomes NaN
@@ -119,13 +124,35 @@ def _check_logprobs(
         raise TrajectoryError(f"{name}: a logprob is not a number") from None
     if doubles.ndim != 1 or int(np.isnan(doubles).sum()) != missing:
         raise TrajectoryError(f"{name}: a logprob is NaN or not a number")
+    with np.errstate(over="ignore"):  # beyond float32's range is -inf there, as array("f") and the spans have it
+        packed = doubles.astype("<f4").tobytes()
     if set(map(type, values)) <= _FLOAT_OR_NONE:  # keep the float objects the reply already has
-        return values, doubles.astype("<f4").tobytes()
+        return values, packed
     checked: list[float | None] = doubles.tolist()
     if missing:  # the NaNs are exactly the Nones
         for i in np.flatnonzero(np.isnan(doubles)).tolist():
             checked[i] = None
-    return checked, doubles.astype("<f4").tobytes()
+    return checked, packed
+
+
+def _pack_float_logprobs(values: list[float | None]) -> bytes | None:
+    """Float32 bytes of floats none of which is NaN (a None first allowed); None when that is not shown.
+
+    The reply of a turn that brings in a long tool result has this shape (SGLang reports no logprob for the first new
+    prompt position). Three C-level passes: the types, ``array("f")`` (which refuses a later None) and ``sum``,
+    which is NaN if a value is NaN; an inf and a -inf also give NaN, and :func:`_check_logprobs` then decides.
+    """
+    if not values or not set(map(type, values)) <= _FLOAT_OR_NONE:
+        return None
+    first_missing = values[0] is None
+    floats = cast("list[float]", values[1:] if first_missing else values)  # until array("f") finds a None
+    try:
+        packed = array("f", floats)
+    except TypeError:  # another None
+        return None
+    if math.isnan(sum(floats)):
+        return None
+    return (_NAN_F4 if first_missing else b"") + _little_endian(packed)
 
 
 def _check_ids(name: str, ids: Sequence[int]) -> tuple[list[int], bytes]:

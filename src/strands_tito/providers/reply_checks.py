@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, cast
 
 import numpy as np
 
@@ -50,6 +50,8 @@ def checked_logprobs(values: Sequence[Any]) -> list[float | None] | None:
         return None
     if len(values) <= _SMALL:
         return _small_logprobs(values)
+    if int not in kinds and _all_finite(values):  # floats and Nones: keep those objects (no second set of floats)
+        return list(values)
     missing = values.count(None) if _NONE in kinds else 0
     try:
         doubles = np.array(values, dtype=np.float64)  # None becomes NaN
@@ -57,13 +59,25 @@ def checked_logprobs(values: Sequence[Any]) -> list[float | None] | None:
         return None
     if int(np.isfinite(doubles).sum()) + missing != len(values):
         return None
-    if int not in kinds:  # floats and Nones already: keep those objects (no second set of 32k floats to allocate)
+    if int not in kinds:
         return list(values)
     out: list[float | None] = doubles.tolist()
     if missing:  # every NaN is a None (a NaN value would have been counted as not finite)
         for i in np.flatnonzero(np.isnan(doubles)).tolist():
             out[i] = None
     return out
+
+
+def _all_finite(values: Sequence[float | None]) -> bool:
+    """Whether floats (a None first allowed, as SGLang's first input logprob is) are all finite; False is no verdict.
+
+    One C-level ``sum``: it is finite only if every value is (an inf or NaN makes it inf or NaN). False also comes
+    from any other None, or from finite values whose sum overflows; the caller then checks with numpy.
+    """
+    try:
+        return math.isfinite(sum(cast("Sequence[float]", values[1:] if values[0] is None else values)))
+    except TypeError:  # a None after the first value
+        return False
 
 
 def _small_logprobs(values: Sequence[float | int | None]) -> list[float | None] | None:
