@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -223,8 +224,20 @@ def timed_exporter(endpoint: str) -> Any:
     return TimedExporter(endpoint=endpoint)
 
 
+# Marks the measured window for benchmarks/capture_instructions.py, which runs this worker under valgrind's callgrind
+# with --dump-before=getloadavg: its counters are written out and reset at every call, so the instructions of the
+# measured calls (first calls of episodes excluded, as below) can be told apart. Outside valgrind: a cheap libc call.
+MARK = os.getloadavg
+MARKER_FUNCTION = "getloadavg"
+EPISODES = 3  # measured episodes per worker, after one warm-up episode
+
+
 def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int) -> dict[str, Any]:
-    """Agent episodes in this process (a fresh one per setting); returns CPU per call and bytes sent per call."""
+    """Agent episodes in this process (a fresh one per setting); returns CPU per call and bytes sent per call.
+
+    Marks (:data:`MARK`) the start of the measured episodes, the start and end of each one's first model call, and
+    the end after the last flush: 2 x episodes + 2 marks.
+    """
     from opentelemetry import trace
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from strands import Agent, tool
@@ -255,6 +268,7 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     samples: list[float] = []
     starts: list[float] = []
     tokens: list[int] = []
+    marking = [False]
 
     async def episode() -> None:
         model = SGLangModel(
@@ -263,11 +277,16 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
         original = model.stream
 
         async def measured(*args: Any, **kwargs: Any) -> Any:
+            first = marking[0] and not starts
+            if first:
+                MARK()
             start = time.process_time()
             starts.append(start)
             async for event in original(*args, **kwargs):
                 yield event
             samples.append((time.process_time() - start) * 1000)
+            if first:
+                MARK()
 
         model.stream = measured  # type: ignore[method-assign]
         agent = Agent(
@@ -294,8 +313,10 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     samples.clear()
     tokens.clear()
     turns: list[float] = []
-    episodes = 3
+    episodes = EPISODES
     export0 = exporter.cpu_s if exporter is not None else 0.0
+    marking[0] = True
+    MARK()
     c0 = time.process_time()
     for _ in range(episodes):
         starts.clear()
@@ -304,6 +325,7 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
         turns += [(b - a) * 1000 for a, b in itertools.pairwise(starts[1:])]
     flush()  # the exporter's work for these spans is part of the cost
     cpu = time.process_time() - c0
+    MARK()
     export_cpu = (exporter.cpu_s if exporter is not None else 0.0) - export0
     later = [s for i, s in enumerate(samples) if i % calls != 0]
     # The first call of an episode tokenizes the whole prompt (the same work in every setting): its model-call CPU is
@@ -321,32 +343,46 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     }
 
 
-def part3(
-    sizes: list[int], calls: int, rounds: int, settings: tuple[tuple[str, dict[str, str]], ...] = SETTINGS
-) -> list[dict[str, Any]]:
+@contextlib.contextmanager
+def part3_services() -> Iterator[tuple[Path, str, Callable[[dict[str, str]], dict[str, str]]]]:
+    """The engine's script, an OTLP sink on 127.0.0.1 (its base URL) and a worker's environment for a setting."""
     script = Path(__file__).resolve().parent / "_engine_script.json"
     call = '<tool_call>\n{"name": "noop", "arguments": {"x": 1}}\n</tool_call>'
     script.write_text(json.dumps({"scripts": [], "default": {"text": call}}))
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     sink_base = f"http://127.0.0.1:{server.server_port}"
-    sink = f"{sink_base}/v1/traces"
     # capture/own spools what the sink has not acknowledged yet: in a directory of this run, not the user's cache.
     spool = {"STRANDS_TITO_SPOOL_DIR": tempfile.mkdtemp(prefix="capture_cost-spool-")}
-    rows = []
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "STRANDS_TITO_"))}
+
+    def environment(extra: dict[str, str]) -> dict[str, str]:
+        return {**clean, **{k: v.replace("{sink}", sink_base) for k, v in extra.items()}, **spool}
+
     try:
+        yield script, sink_base, environment
+    finally:
+        server.shutdown()
+        script.unlink(missing_ok=True)
+
+
+def part3(
+    sizes: list[int], calls: int, rounds: int, settings: tuple[tuple[str, dict[str, str]], ...] = SETTINGS
+) -> list[dict[str, Any]]:
+    rows = []
+    with part3_services() as (script, sink_base, environment):
+        sink = f"{sink_base}/v1/traces"
         for n in sizes:
             measured: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in settings}
             sent: dict[str, int] = {label: 0 for label, _ in settings}
             for round_ in range(rounds):
                 for label, extra in settings if round_ % 2 == 0 else settings[::-1]:
-                    engine = _start_engine(script)  # fresh: same server state for every worker
+                    engine = start_engine(script)  # fresh: same server state for every worker
                     try:
                         before = _Sink.received
                         done = subprocess.run(
                             [sys.executable, __file__, "--worker", engine[1], sink, str(n), str(calls)],
-                            env={**clean, **{k: v.replace("{sink}", sink_base) for k, v in extra.items()}, **spool},
+                            env=environment(extra),
                             capture_output=True,
                             text=True,
                         )
@@ -378,13 +414,10 @@ def part3(
                     "token_bytes_per_call": 8 * sum(r["tokens"] for r in results) / sum(r["calls"] for r in results),
                 }
             rows.append(row)
-    finally:
-        server.shutdown()
-        script.unlink(missing_ok=True)
     return rows
 
 
-def _start_engine(script: Path) -> tuple[subprocess.Popen[str], str]:
+def start_engine(script: Path) -> tuple[subprocess.Popen[str], str]:
     engine = subprocess.Popen(
         [
             sys.executable,
