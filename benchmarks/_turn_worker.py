@@ -22,6 +22,7 @@ import gc
 import hashlib
 import inspect
 import json
+import os
 import sys
 import time
 from array import array
@@ -33,6 +34,9 @@ from strands.agent.conversation_manager import NullConversationManager
 from transformers import AutoTokenizer
 
 USER_PROMPT = "Call the noop tool with x=1 and keep calling it until you are stopped."
+# The libc function callgrind dumps its counters before (``--dump-before``), and how Python calls it.
+MARK_FUNCTION = "getloadavg"
+MARK = os.getloadavg
 # Calls whose request body is serialized (after the episode) to report bytes sent.
 BYTES_SAMPLE = (1, 15, 29)
 
@@ -60,6 +64,8 @@ class Probe:
     """Wraps ``model.stream`` and the HTTP layer of one model to time calls and capture requests."""
 
     def __init__(self) -> None:
+        # Called at the start and at the end of each model call when set (``--mark-calls``: callgrind's dump marks).
+        self.mark: Any = None
         self.calls: list[dict[str, float]] = []
         self.last_request: tuple[dict[str, Any], dict[str, Any]] | None = None
         self.sampled: dict[int, dict[str, Any]] = {}
@@ -70,12 +76,16 @@ class Probe:
         probe = self
 
         async def timed(agen: Any) -> Any:
+            if probe.mark is not None:
+                probe.mark()
             record = {"c0": time.process_time(), "w0": time.perf_counter()}
             probe.calls.append(record)
             async for event in agen:
                 yield event
             record["c1"] = time.process_time()
             record["w1"] = time.perf_counter()
+            if probe.mark is not None:
+                probe.mark()
 
         def stream(*args: Any, **kwargs: Any) -> Any:
             return timed(original(*args, **kwargs))
@@ -439,6 +449,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     # Warm-up: imports, connection pool, cached server info, cached template pieces, first-call paths.
     await run_episode(impl, probe, system_prompt, args.warmup_calls)
     gc.collect()
+    if args.mark_calls:
+        probe.mark = MARK
 
     profiler = None
     if args.profile:
@@ -487,6 +499,11 @@ def main() -> int:
     parser.add_argument("--agents", type=int, default=0, help="concurrent mode: this many agents at once")
     parser.add_argument("--min-calls", type=int, default=0, help="concurrent mode: repeat waves up to this many calls")
     parser.add_argument("--profile", metavar="FILE.pstats", help="cProfile the measured episodes (slows them down)")
+    parser.add_argument(
+        "--mark-calls",
+        action="store_true",
+        help=f"call {MARK_FUNCTION}() at the start and end of each measured model call (for call_instructions.py)",
+    )
     args = parser.parse_args()
     result = asyncio.run(main_async(args))
     Path(args.out).write_text(json.dumps(result), encoding="utf-8")

@@ -238,8 +238,10 @@ def run_worker(
     env: dict[str, str],
     breakdown: bool = False,
     extra: Sequence[str] = (),
+    wrapper: Sequence[str] = (),
 ) -> dict[str, Any]:
     command = [
+        *wrapper,
         str(python),
         str(WORKER),
         "--impl",
