@@ -2,6 +2,7 @@
 
 import base64
 import math
+import random
 
 import numpy as np
 import pytest
@@ -154,16 +155,23 @@ _float_logprobs = st.builds(
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(prompt_logprobs=_float_logprobs, output_logprobs=_float_logprobs, seed=st.integers(0, 2**16))
+@given(
+    prompt_logprobs=_float_logprobs,
+    output_logprobs=_float_logprobs,
+    rng=st.randoms(use_true_random=False),
+    lead=st.booleans(),
+)
 def test_long_float_logprobs_are_packed_without_numpy_with_the_same_result(
-    monkeypatch: pytest.MonkeyPatch, prompt_logprobs: list[float | None], output_logprobs: list[float | None], seed: int
+    monkeypatch: pytest.MonkeyPatch,
+    prompt_logprobs: list[float | None],
+    output_logprobs: list[float | None],
+    rng: random.Random,
+    lead: bool,
 ) -> None:
     """Long lists of floats (a None first allowed) are packed by ``array`` and checked by ``sum``: the same
     trajectory, bytes and errors as the numpy path."""
-    import random
-
-    random.Random(seed).shuffle(prompt_logprobs)
-    if seed % 2 and prompt_logprobs[0] is not None:
+    rng.shuffle(prompt_logprobs)
+    if lead and prompt_logprobs[0] is not None:
         prompt_logprobs.insert(0, None)
     args = (
         list(range(len(prompt_logprobs))),
