@@ -228,7 +228,7 @@ def timed_exporter(endpoint: str) -> Any:
 # with --dump-before=getloadavg: its counters are written out and reset at every call, so the instructions of the
 # measured calls (first calls of episodes excluded, as below) can be told apart. Outside valgrind: a cheap libc call.
 MARK = os.getloadavg
-MARKER_FUNCTION = "getloadavg"
+MARK_FUNCTION = "getloadavg"
 EPISODES = 3  # measured episodes per worker, after one warm-up episode
 
 

@@ -74,7 +74,7 @@ def run_worker(
     command = [
         "valgrind",
         "--tool=callgrind",
-        f"--dump-before={capture_cost.MARKER_FUNCTION}",
+        f"--dump-before={capture_cost.MARK_FUNCTION}",
         f"--callgrind-out-file={out_file}",
         sys.executable,
         capture_cost.__file__,
