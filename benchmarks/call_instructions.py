@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import client_cost
+import _harness as harness
 from _machine import describe
 from _turn_worker import MARK_FUNCTION
 
@@ -74,7 +74,7 @@ def per_turn(totals: list[int], episodes: int, calls: int) -> tuple[list[int], l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default="1k,8k,32k,128k,tool32k", help="from: " + ", ".join(client_cost.SIZES))
+    parser.add_argument("--sizes", default="1k,8k,32k,128k,tool32k", help="from: " + ", ".join(harness.SIZES))
     parser.add_argument("--episodes", type=int, default=1, help="measured episodes per worker (default: %(default)s)")
     parser.add_argument("--calls", type=int, default=30, help="measured model calls per episode (default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=2, help="workers at once (counts do not depend on load)")
@@ -87,21 +87,21 @@ def main() -> None:
     begun = time.time()
     # Under callgrind a worker runs about 40x slower: run_worker's timeout is taken from these arguments.
     worker_args = argparse.Namespace(calls=args.calls, worker_timeout=3600.0)
-    pythons = {"tito": Path(sys.executable), "peer": client_cost.ensure_peer_venv(Path(args.peer_venv))}
+    pythons = {"tito": Path(sys.executable), "peer": harness.ensure_peer_venv(Path(args.peer_venv))}
     with tempfile.TemporaryDirectory(prefix="call_instructions-") as tmp:
         work = Path(tmp)
-        tok_dir, prompts, script, _ = client_cost.prepare(work, sizes)
-        tito_env, tree_text = client_cost.tito_snapshot(work, args.tito_tree)
+        tok_dir, prompts, script, _ = harness.prepare(work, sizes)
+        tito_env, tree_text = harness.tito_snapshot(work, args.tito_tree)
         envs = {"tito": tito_env, "peer": {**os.environ, "STRANDS_TITO_CAPTURE": "0"}}
 
         def run(job: tuple[str, str]) -> tuple[str, str, list[int], list[int]]:
             size, impl = job
-            engine = client_cost.Engine(tok_dir, script, client_cost.ENGINE_CONTEXT, tito_env)
+            engine = harness.Engine(tok_dir, script, harness.ENGINE_CONTEXT, tito_env)
             out_file = work / f"callgrind.{size}.{impl}"
-            calls = client_cost.CASE_CALLS.get(size, args.calls)
+            calls = harness.CASE_CALLS.get(size, args.calls)
             started = time.monotonic()
             try:
-                client_cost.run_worker(
+                harness.run_worker(
                     pythons[impl],
                     impl,
                     engine.start(),
@@ -112,7 +112,7 @@ def main() -> None:
                     0,
                     args.episodes,
                     envs[impl],
-                    extra=[*client_cost.tool_args(work, size), "--mark-calls"],
+                    extra=[*harness.tool_args(work, size), "--mark-calls"],
                     wrapper=[
                         "valgrind",
                         "--tool=callgrind",
@@ -126,12 +126,12 @@ def main() -> None:
             return size, impl, *per_turn(dump_totals(out_file), args.episodes, calls)
 
         with ThreadPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(run, [(size, impl) for size in sizes for impl in client_cost.IMPLS]))
+            results = list(pool.map(run, [(size, impl) for size in sizes for impl in harness.IMPLS]))
     by = {(size, impl): (calls, turns) for size, impl, calls, turns in results}
     print(
         f"Machine: {describe()}. Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(begun))}, "
         f"{(time.time() - begun) / 60:.1f} min; valgrind callgrind; strands-tito at {tree_text}, strands-sglang "
-        f"{client_cost.PEER_VERSION}; {args.episodes} measured episode(s) per worker.\n"
+        f"{harness.PEER_VERSION}; {args.episodes} measured episode(s) per worker.\n"
     )
     print("Instructions per model call / turn (all threads, millions; median over the measured turns). ")
     print("Ratio = strands-sglang / strands-tito (> 1: strands-tito executes fewer).\n")

@@ -94,14 +94,14 @@ def main() -> None:
         worker(url, tokenizer_dir, prompt_file, int(episodes), out)
         return
     sys.path.insert(0, str(HERE))
-    import client_cost
+    import _harness as harness
 
     work = Path(tempfile.mkdtemp(prefix="call_steps-"))
     snapshot = work / "ref"
     snapshot.mkdir()
     archive = subprocess.run(["git", "archive", args.ref, "src"], capture_output=True, check=True, cwd=ROOT)
     subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive.stdout, check=True)
-    tokenizer_dir, prompts, script, _ = client_cost.prepare(work, [args.size])
+    tokenizer_dir, prompts, script, _ = harness.prepare(work, [args.size])
     trees = {"A": str(snapshot / "src"), "B": str(ROOT / "src")}
     results: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     load = os.getloadavg()[0]
@@ -113,7 +113,7 @@ def main() -> None:
                 "STRANDS_TITO_CAPTURE": "0",
                 "TOKENIZERS_PARALLELISM": "false",
             }
-            engine = client_cost.Engine(tokenizer_dir, script, client_cost.SIZES[args.size] * 2 + 8192, env)
+            engine = harness.Engine(tokenizer_dir, script, harness.SIZES[args.size] * 2 + 8192, env)
             out = work / f"{side}{round_}.json"
             try:
                 command = [sys.executable, __file__, "--worker", engine.start(), str(tokenizer_dir)]
