@@ -114,7 +114,8 @@ def _check_logprobs(
         raise TrajectoryError(f"{name}: {len(values)} logprobs for {expected} tokens")
     if len(values) <= _SMALL and all(type(v) is float or v is None for v in values):
         return _check_small_logprobs(name, values)
-    packed = _pack_float_logprobs(values)
+    floats_only = set(map(type, values)) <= _FLOAT_OR_NONE
+    packed = _pack_float_logprobs(values) if floats_only else None
     if packed is not None:
         return values, packed
     missing = values.count(None)
@@ -126,7 +127,7 @@ def _check_logprobs(
         raise TrajectoryError(f"{name}: a logprob is NaN or not a number")
     with np.errstate(over="ignore"):  # beyond float32's range is -inf there, as array("f") and the spans have it
         packed = doubles.astype("<f4").tobytes()
-    if set(map(type, values)) <= _FLOAT_OR_NONE:  # keep the float objects the reply already has
+    if floats_only:  # keep the float objects the reply already has
         return values, packed
     checked: list[float | None] = doubles.tolist()
     if missing:  # the NaNs are exactly the Nones
@@ -136,13 +137,13 @@ def _check_logprobs(
 
 
 def _pack_float_logprobs(values: list[float | None]) -> bytes | None:
-    """Float32 bytes of floats none of which is NaN (a None first allowed); None when that is not shown.
+    """Float32 bytes of ``values`` (floats and Nones only) if no value is NaN and no None but the first; else None.
 
     The reply of a turn that brings in a long tool result has this shape (SGLang reports no logprob for the first new
-    prompt position). Three C-level passes: the types, ``array("f")`` (which refuses a later None) and ``sum``,
-    which is NaN if a value is NaN; an inf and a -inf also give NaN, and :func:`_check_logprobs` then decides.
+    prompt position). Two C-level passes: ``array("f")`` (which refuses a later None) and ``sum``, which is NaN if a
+    value is NaN; an inf and a -inf also give NaN, and :func:`_check_logprobs` then decides.
     """
-    if not values or not set(map(type, values)) <= _FLOAT_OR_NONE:
+    if not values:
         return None
     first_missing = values[0] is None
     floats = cast("list[float]", values[1:] if first_missing else values)  # until array("f") finds a None
