@@ -156,7 +156,8 @@ def tito_snapshot(workdir: Path, tree: str) -> tuple[dict[str, str], str]:
 class Engine:
     """The local engine in its own process (its CPU is not the client's)."""
 
-    def __init__(self, tokenizer_dir: Path, script: Path, context_length: int, env: dict[str, str]) -> None:
+    def __init__(self, tokenizer: Path | str, script: Path, context_length: int, env: dict[str, str]) -> None:
+        """``tokenizer``: a saved tokenizer's directory, or a name the engine knows (``qwen3``)."""
         self.env = env
         self.command = [
             sys.executable,
@@ -165,7 +166,7 @@ class Engine:
             "--port",
             "0",
             "--tokenizer",
-            str(tokenizer_dir),
+            str(tokenizer),
             "--script",
             str(script),
             "--context-length",

@@ -22,21 +22,18 @@ import gc
 import hashlib
 import inspect
 import json
-import os
 import sys
 import time
 from array import array
 from pathlib import Path
 from typing import Any
 
+from _callgrind import MARK, MARK_FUNCTION
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 from transformers import AutoTokenizer
 
 USER_PROMPT = "Call the noop tool with x=1 and keep calling it until you are stopped."
-# The libc function callgrind dumps its counters before (``--dump-before``), and how Python calls it.
-MARK_FUNCTION = "getloadavg"
-MARK = os.getloadavg
 # Calls whose request body is serialized (after the episode) to report bytes sent.
 BYTES_SAMPLE = (1, 15, 29)
 

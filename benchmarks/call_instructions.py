@@ -31,26 +31,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _callgrind as callgrind
 import _harness as harness
 from _machine import describe
-from _turn_worker import MARK_FUNCTION
 
 HERE = Path(__file__).resolve().parent
-
-
-def dump_totals(out_file: Path) -> list[int]:
-    """Instructions of each numbered callgrind dump of one run, in order (dump ``k`` ran before mark ``k``)."""
-    totals: dict[int, int] = {}
-    for path in out_file.parent.glob(out_file.name + ".*"):
-        suffix = path.name.rsplit(".", 1)[1]
-        if suffix.isdigit():
-            for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-                if line.startswith(("totals:", "summary:")):
-                    totals[int(suffix)] = int(line.split()[1])
-                    break
-    if sorted(totals) != list(range(1, len(totals) + 1)):
-        raise RuntimeError(f"{out_file}: callgrind dumps are missing")
-    return [totals[k] for k in range(1, len(totals) + 1)]
 
 
 def per_turn(totals: list[int], episodes: int, calls: int) -> tuple[list[int], list[int]]:
@@ -113,17 +98,12 @@ def main() -> None:
                     args.episodes,
                     envs[impl],
                     extra=[*harness.tool_args(work, size), "--mark-calls"],
-                    wrapper=[
-                        "valgrind",
-                        "--tool=callgrind",
-                        f"--dump-before={MARK_FUNCTION}",
-                        f"--callgrind-out-file={out_file}",
-                    ],
+                    wrapper=callgrind.command(out_file),
                 )
             finally:
                 engine.stop()
             print(f"[call_instructions] {size} {impl}: {time.monotonic() - started:.0f} s", file=sys.stderr)
-            return size, impl, *per_turn(dump_totals(out_file), args.episodes, calls)
+            return size, impl, *per_turn(callgrind.dump_totals(out_file), args.episodes, calls)
 
         with ThreadPoolExecutor(args.jobs) as pool:
             results = list(pool.map(run, [(size, impl) for size in sizes for impl in harness.IMPLS]))

@@ -40,6 +40,8 @@ from strands_tito import spans as schema
 from strands_tito.capture.switch_on import CONTENT_OFF
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _callgrind import MARK
+from _harness import Engine
 from _machine import describe
 
 
@@ -224,19 +226,14 @@ def timed_exporter(endpoint: str) -> Any:
     return TimedExporter(endpoint=endpoint)
 
 
-# Marks the measured window for benchmarks/capture_instructions.py, which runs this worker under valgrind's callgrind
-# with --dump-before=getloadavg: its counters are written out and reset at every call, so the instructions of the
-# measured calls (first calls of episodes excluded, as below) can be told apart. Outside valgrind: a cheap libc call.
-MARK = os.getloadavg
-MARK_FUNCTION = "getloadavg"
 EPISODES = 3  # measured episodes per worker, after one warm-up episode
 
 
 def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int) -> dict[str, Any]:
     """Agent episodes in this process (a fresh one per setting); returns CPU per call and bytes sent per call.
 
-    Marks (:data:`MARK`) the start of the measured episodes, the start and end of each one's first model call, and
-    the end after the last flush: 2 x episodes + 2 marks.
+    Marks (``_callgrind.MARK``, for capture_instructions.py) the start of the measured episodes, the start and end of
+    each one's first model call, and the end after the last flush: 2 x episodes + 2 marks.
     """
     from opentelemetry import trace
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -377,11 +374,12 @@ def part3(
             sent: dict[str, int] = {label: 0 for label, _ in settings}
             for round_ in range(rounds):
                 for label, extra in settings if round_ % 2 == 0 else settings[::-1]:
-                    engine = start_engine(script)  # fresh: same server state for every worker
+                    engine = qwen3_engine(script)  # fresh: same server state for every worker
+                    url = engine.start()
                     try:
                         before = _Sink.received
                         done = subprocess.run(
-                            [sys.executable, __file__, "--worker", engine[1], sink, str(n), str(calls)],
+                            [sys.executable, __file__, "--worker", url, sink, str(n), str(calls)],
                             env=environment(extra),
                             capture_output=True,
                             text=True,
@@ -395,8 +393,7 @@ def part3(
                         measured[label].append(result)
                         sent[label] += result["bytes"]
                     finally:
-                        engine[0].terminate()
-                        engine[0].wait()
+                        engine.stop()
                     print(
                         f"[capture_cost] {n} tokens, {label}: {result['cpu_ms_per_call']:.2f} ms/call", file=sys.stderr
                     )
@@ -417,26 +414,9 @@ def part3(
     return rows
 
 
-def start_engine(script: Path) -> tuple[subprocess.Popen[str], str]:
-    engine = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "strands_tito.engine",
-            "--port",
-            "0",
-            "--tokenizer",
-            "qwen3",
-            "--script",
-            str(script),
-            "--context-length",
-            "200000",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert engine.stdout is not None
-    return engine, engine.stdout.readline().split()[-1]
+def qwen3_engine(script: Path) -> Engine:
+    """The local engine (Qwen3 tokenizer, 200k context) answering with ``script``, in its own process; not started."""
+    return Engine("qwen3", script, 200_000, dict(os.environ))
 
 
 def markdown(p1: list[dict[str, Any]], p2: list[dict[str, Any]], p3: list[dict[str, Any]]) -> str:

@@ -8,7 +8,7 @@ pairs and still ends near the target with no margin. Here each setting's worker 
 episodes) runs once under valgrind's callgrind, which counts the instructions every thread executes: the count does
 not depend on the machine's load, and a repeat of the same worker gives nearly the same count.
 
-The worker marks its measured window (``capture_cost.MARK``); callgrind writes its counters out and resets them at
+The worker marks its measured window (``_callgrind.MARK``); callgrind writes its counters out and resets them at
 each mark (``--dump-before``), so the instructions of the measured model calls are counted apart from start-up, the
 warm-up episode and each episode's first call (which tokenizes the whole prompt, the same work in every setting):
 the same calls ``capture_cost.py`` divides by. Instructions are not time (cache misses and system calls weigh
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _callgrind as callgrind
 import capture_cost
 from _machine import describe
 
@@ -42,40 +43,26 @@ SCHEDULE_DELAY_MS = 5000 * SLOWDOWN
 def window_instructions(out_file: Path, episodes: int) -> tuple[int, int]:
     """(instructions of the measured calls after each episode's first, of the first calls) from callgrind's dumps.
 
-    Dump ``k`` holds what ran before mark ``k``: dump 1 is start-up and warm-up; then, per episode, the part before
-    its first call (for episode 1 the part after the window's first mark), and the first call; the last numbered
-    dump ends at the window's closing mark.
+    Dump 1 is start-up and warm-up; then, per episode, the part before its first call (for episode 1 the part after
+    the window's first mark), and the first call; the last numbered dump ends at the window's closing mark.
     """
-    totals = {}
-    for path in out_file.parent.glob(out_file.name + ".*"):
-        suffix = path.name.rsplit(".", 1)[1]
-        if suffix.isdigit():
-            totals[int(suffix)] = _total(path)
+    totals = callgrind.dump_totals(out_file)
     marks = 2 * episodes + 2
-    if sorted(totals) != list(range(1, marks + 1)):
-        raise RuntimeError(f"expected callgrind dumps 1-{marks}, found {sorted(totals)} (is the marker called?)")
-    rest = sum(totals[k] for k in range(2, marks + 1, 2))
-    first = sum(totals[k] for k in range(3, marks, 2))
+    if len(totals) != marks:
+        raise RuntimeError(f"expected {marks} callgrind dumps, found {len(totals)}")
+    rest = sum(totals[1::2])  # dumps 2, 4, ..., marks
+    first = sum(totals[2:-1:2])  # dumps 3, 5, ..., marks - 1
     return rest, first
-
-
-def _total(path: Path) -> int:
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        if line.startswith("totals:") or line.startswith("summary:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"{path}: no totals line")
 
 
 def run_worker(
     label: str, extra: dict[str, str], tokens: int, calls: int, script: Path, sink: str, environment: Any, work: Path
 ) -> dict[str, Any]:
-    engine, url = capture_cost.start_engine(script)
+    engine = capture_cost.qwen3_engine(script)
+    url = engine.start()
     out_file = work / f"callgrind.{label.replace('/', '_')}.{tokens}"
     command = [
-        "valgrind",
-        "--tool=callgrind",
-        f"--dump-before={capture_cost.MARK_FUNCTION}",
-        f"--callgrind-out-file={out_file}",
+        *callgrind.command(out_file),
         sys.executable,
         capture_cost.__file__,
         "--worker",
@@ -89,8 +76,7 @@ def run_worker(
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True)
     finally:
-        engine.terminate()
-        engine.wait()
+        engine.stop()
     if done.returncode != 0:
         raise RuntimeError(f"worker {label} failed: {done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
