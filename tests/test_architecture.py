@@ -22,6 +22,8 @@ SOURCE_ROOTS = [ROOT / "src", ROOT / "collector", ROOT / "exporters"]
 BOTTOM = {
     "strands_tito.errors",
     "strands_tito.trajectory",
+    "strands_tito.trajectory_fields",
+    "strands_tito.prompt_ids",
     "strands_tito.spans",
     "strands_tito.span_images",
     "strands_tito.records",
