@@ -91,7 +91,7 @@ def rendered_call(template: str) -> str | None:
     }
     for arguments in ({"a": 1}, '{"a": 1}'):
         call = {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": _PROBE_TOOL, "arguments": arguments}}
-        messages = [
+        messages: list[dict[str, Any]] = [
             {"role": "user", "content": _PROBE_USER},
             {"role": "assistant", "content": "", "tool_calls": [call]},
             {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": _PROBE_TOOL, "content": "R"},
