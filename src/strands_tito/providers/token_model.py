@@ -42,6 +42,7 @@ from strands_tito.providers.client import TokenClient
 from strands_tito.providers.generation import (
     Generation,
     GenerationRequest,
+    InvalidSampleError,
     TokenAbortedError,
     TokenResponseError,
     check_token_ids,
@@ -66,6 +67,7 @@ __all__ = [
     "GenerationRequest",
     "HistoryRewrittenError",
     "ImagesNotSupportedError",
+    "InvalidSampleError",
     "TokenAbortedError",
     "TokenModel",
     "TokenResponseError",
