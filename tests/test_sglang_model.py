@@ -107,6 +107,7 @@ async def test_parallel_tool_results_follow_call_order(start_engine, qwen3) -> N
     # Strands collects results in completion order; the invalid name is a strict-parse error that never runs ...
     results = [b["toolResult"]["content"][0]["text"] for b in agent.messages[2]["content"]]
     (rejected,) = [r for r in results if r.startswith("Invalid tool call: unknown tool 'not a valid name!'")]
+    assert model.tool_parse_errors == {"unknown_tool": 1}  # a name Strands refuses is reported as unknown_tool
     assert sorted(r for r in results if r != rejected) == ["echo:first", "echo:third"]
     # ... but the model sees the results in the order it made the calls.
     turn = model.token_manager.turns[1]
