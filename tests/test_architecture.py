@@ -23,6 +23,8 @@ BOTTOM = {
     "strands_tito.errors",
     "strands_tito.checks",
     "strands_tito.trajectory",
+    "strands_tito.trajectory_fields",
+    "strands_tito.prompt_ids",
     "strands_tito.spans",
     "strands_tito.span_images",
     "strands_tito.records",
