@@ -14,6 +14,7 @@ from pathlib import Path
 from strands_tito.exporters import ExporterConfigError
 
 from .service import BindError, CollectorConfig, serve
+from .store import StoreInUse
 
 TOKEN_ENV = "STRANDS_TITO_COLLECTOR_TOKEN"
 
@@ -134,7 +135,8 @@ def _token(p: argparse.ArgumentParser, given: str | None, path: Path | None) -> 
 
 
 def collect_main(argv: list[str]) -> int:
-    """Run until SIGINT/SIGTERM, then shut down gracefully (exit 0); 1 when an address cannot be bound."""
+    """Run until SIGINT/SIGTERM, then shut down gracefully (exit 0); 1 when an address cannot be bound or another
+    collector has the store."""
     config = parse_args(argv)
 
     async def run() -> None:
@@ -151,7 +153,7 @@ def collect_main(argv: list[str]) -> int:
     except ExporterConfigError as e:
         print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
         return 2
-    except BindError as e:
+    except (BindError, StoreInUse) as e:
         print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
         return 1
     return 0

@@ -95,7 +95,6 @@ class Delivery:
                 if not self._round(exporter):
                     return
                 failures = 0
-                self.health.ok(task)
             except Exception as e:
                 failures += 1
                 self.health.failed(task, e)
@@ -103,7 +102,11 @@ class Delivery:
                     return
 
     def _round(self, exporter: TrajectoryExporter) -> bool:
-        """One step of an export loop; False when the loop should end (stopping and nothing left to do)."""
+        """One step of an export loop; False when the loop should end (stopping and nothing left to do).
+
+        The exporter is reported failing (``/health`` degraded) from a failed write until a batch is written again.
+        """
+        task = f"export-{exporter.name}"
         wakeup = self._wakeups[exporter.name]
         stopping = self._stopping.is_set()
         batch = self.store.pending_batch(exporter.name)
@@ -118,6 +121,7 @@ class Delivery:
             wakeup.clear()  # before looking: a trajectory finished from now on sets it again
             batch = self.store.start_batch(exporter.name, exporter.next_position(), self.batch_size)
         if batch is None:
+            self.health.ok(task)
             if stopping:
                 return False
             wakeup.wait(1.0)
@@ -128,9 +132,11 @@ class Delivery:
             delay = min(60.0, 2.0 ** min(batch.attempts, 6)) * random.uniform(0.5, 1.0)
             self.metrics.export_failures[exporter.name] = self.metrics.export_failures.get(exporter.name, 0) + 1
             logger.error("exporter=<%s>, retry_in=<%.1f>, error=<%s> | export failed", exporter.name, delay, e)
+            self.health.failed(task, e, logged=True)
             self.store.batch_failed(batch.batch_id, delay)
             return True
         self.store.batch_done(batch.batch_id)
+        self.health.ok(task)
         self.metrics.exported[exporter.name] = self.metrics.exported.get(exporter.name, 0) + len(batch.records)
         if exporter in self._ack_exporters:
             for record in batch.records:

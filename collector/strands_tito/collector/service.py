@@ -198,7 +198,7 @@ class Collector:
         failing = self.health.failing
         report: dict[str, Any] = {
             "status": "degraded" if failing else "ok",
-            "open_trajectories": self.ingestor.assembler.open_trajectories,
+            "open_trajectories": self.ingestor.open_trajectories,
         }
         if failing:
             report["failing"] = failing
@@ -208,9 +208,10 @@ class Collector:
         """Metrics in the Prometheus text exposition format."""
         counts = self.store.counts()
         gauges = {
-            "open_trajectories": self.ingestor.assembler.open_trajectories,
+            "open_trajectories": self.ingestor.open_trajectories,
             "export_queue_depth": counts["outbox"],
             "store_bytes": self.store.size_bytes(),
+            "store_disk_bytes": self.store.disk_bytes(),
             "degraded_tasks": len(self.health.failing),
         }
         finished = {"complete": self.ingestor.finished_complete, "incomplete": self.ingestor.finished_incomplete}
@@ -220,7 +221,7 @@ class Collector:
         """One line for the console (counts kept in memory: safe after the store is closed)."""
         return (
             f"collector: {self.metrics.spans_received} spans, {self.ingestor.finished_complete} complete / "
-            f"{self.ingestor.finished_incomplete} incomplete trajectories, {self.ingestor.assembler.open_trajectories} "
+            f"{self.ingestor.finished_incomplete} incomplete trajectories, {self.ingestor.open_trajectories} "
             f"open, {sum(self.metrics.exported.values())} exported"
         )
 
