@@ -26,7 +26,7 @@ def hermes_call(name: str, **arguments: Any) -> str:
 
 
 def test_every_0_6_2_module_path_and_name_imports() -> None:
-    # 0.6.2's modules and their public names (peers.md section 9.1), after `strands_sglang` -> `strands_tito`.
+    # 0.6.2's modules and their public names (read from its sdist on PyPI), after `strands_sglang` -> `strands_tito`.
     expected = {
         "client": ["SGLangClient", "DEFAULT_MAX_CONNECTIONS", "NON_RETRYABLE_STATUS_CODES", "CONTEXT_LENGTH_PATTERNS"],
         "exceptions": [
