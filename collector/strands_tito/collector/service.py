@@ -44,6 +44,10 @@ class CollectorConfig:
 
     store: Path = Path(".strands-tito/collector.db")
     outputs: list[str] = field(default_factory=lambda: ["jsonl:trajectories.jsonl"])
+    parquet_rows_per_part: int = 1000
+    """Records per Parquet part (see :class:`~strands_tito.exporters.ParquetExporter`)."""
+    parquet_linger: float = 30.0
+    """Longest a finished trajectory waits for others to share its Parquet part (seconds)."""
     host: str = "127.0.0.1"
     http_port: int = 4318
     grpc_port: int | None = 4317
@@ -227,7 +231,10 @@ class Collector:
 
 
 def _exporters(config: CollectorConfig) -> list[TrajectoryExporter]:
-    exporters = [make_exporter(s) for s in config.outputs]
+    exporters = [
+        make_exporter(s, parquet_rows=config.parquet_rows_per_part, parquet_linger=config.parquet_linger)
+        for s in config.outputs
+    ]
     if config.agl_url:
         from strands_tito.exporters.agentlightning import AgentLightningExporter
 

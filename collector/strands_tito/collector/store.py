@@ -317,6 +317,15 @@ class Store:
             ).fetchone()
         return row is not None
 
+    def waiting(self, exporter: str, limit: int) -> int:
+        """How many finished trajectories wait for this exporter outside any batch, counting up to ``limit``."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE exporter = ? AND batch_id IS NULL LIMIT ?)",
+                (exporter, limit),
+            ).fetchone()
+        return int(row[0])
+
     def queued_any(self, exporter: str) -> bool:
         """Whether finished trajectories wait for this exporter outside any batch."""
         with self._lock:
