@@ -12,6 +12,7 @@ commands:
   engine    run the local test/dev engine, a scripted SGLang/vLLM stand-in (strands-tito engine --help)
   collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
   inspect   show trajectories from a JSONL or Parquet file (strands-tito inspect --help)
+  spool     list the spans agents could not deliver yet, or resend them to a collector (strands-tito spool --help)
 
   --version print the installed version
 """
@@ -38,6 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         from strands_tito.collector.cli import collect_main
 
         return collect_main(rest)
+    if command == "spool":
+        from strands_tito.capture.spool_command import spool_main
+
+        return spool_main(rest)
     if command == "engine":
         from strands_tito.engine.cli import engine_main
 
