@@ -25,6 +25,7 @@ import orjson
 from numpy.typing import NDArray
 
 from strands_tito.errors import StrandsTitoError
+from strands_tito.replay import check_routing_layout, check_top_p, routing_npy, top_p_rows
 
 FinishReason = Literal["stop", "length", "abort"]
 #: What an image of a trajectory must look like: a base64 data URL of an image type (what SGLang's ``image_data``
@@ -75,6 +76,10 @@ class Turn:
     request_id: str | None = None
     weight_version: str | None = None
     routed_experts: str | None = None
+    routed_experts_layout: tuple[int, int, int] | None = None  # (num_layers, top_k, num_experts), when known
+    # Top-p replay: output token i kept top_p_token_ids[top_p_offsets[i]:top_p_offsets[i + 1]] (None: not recorded).
+    top_p_token_ids: tuple[int, ...] | None = None
+    top_p_offsets: tuple[int, ...] | None = None
     image_data: tuple[str, ...] = ()
     """Data URLs of the images this turn's new prompt tokens hold, in prompt order (one placeholder token each)."""
 
@@ -84,7 +89,7 @@ class Turn:
         return self.prompt_start + self.prompt_length
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain-JSON form (routed experts left out; they are large)."""
+        """Plain-JSON form (routing and top-p sets left out: the record has them for the whole trajectory)."""
         return {
             "index": self.index,
             "prompt_start": self.prompt_start,
@@ -204,6 +209,8 @@ class _CheckedTurn(NamedTuple):
     finish_reason: FinishReason
     routed_experts: str | None
     images: tuple[str, ...]
+    top_p: tuple[tuple[int, ...], tuple[int, ...]] | None
+    routed_experts_layout: tuple[int, int, int] | None
 
 
 @dataclass
@@ -279,6 +286,8 @@ class Trajectory:
         request_id: str | None = None,
         weight_version: str | None = None,
         routed_experts: str | None = None,
+        routed_experts_layout: tuple[int, int, int] | None = None,
+        top_p: tuple[Sequence[int], Sequence[int]] | None = None,
         image_data: Sequence[str] = (),
         image_token_id: int | None = None,
     ) -> Turn:
@@ -298,6 +307,8 @@ class Trajectory:
             weight_version: Policy weight version reported by the server.
             routed_experts: Base64 int32 routing slice for positions ``[len(self) - 1, len(self) + new - 1)``
                 (all positions but the last for the first turn).
+            routed_experts_layout: ``(num_layers, top_k, num_experts)`` of that routing, when known.
+            top_p: ``(token_ids, offsets)`` the top-p sampler kept per output token (``len(output_ids) + 1`` offsets).
             image_data: Base64 image data URLs of the images ``prompt_ids`` holds, in prompt order.
             image_token_id: The image placeholder token; when given, ``prompt_ids`` must hold exactly one per image.
         """
@@ -311,6 +322,8 @@ class Trajectory:
             routed_experts,
             image_data,
             image_token_id,
+            routed_experts_layout,
+            top_p,
         )
         return self._commit_turn(new, matched_stop, cached_tokens, latency_s, request_id, weight_version)
 
@@ -325,6 +338,8 @@ class Trajectory:
         routed_experts: str | None,
         image_data: Sequence[str],
         image_token_id: int | None,
+        routed_experts_layout: tuple[int, int, int] | None = None,
+        top_p: tuple[Sequence[int], Sequence[int]] | None = None,
     ) -> _CheckedTurn:
         """The validation half of :meth:`append_turn`: checks everything and changes nothing."""
         prompt, prompt_packed = _check_ids("prompt_ids", prompt_ids)
@@ -343,7 +358,8 @@ class Trajectory:
                 f"server saw a {prompt_tokens}-token prompt but the trajectory prefix is {start + len(prompt)} tokens"
             )
         if routed_experts is not None:
-            self._check_routed_experts(routed_experts, start, len(prompt) + len(output))
+            self._check_routed_experts(routed_experts, start, len(prompt) + len(output), routed_experts_layout)
+        checked_top_p = None if top_p is None else check_top_p(top_p, len(output), TrajectoryError)
         images = tuple(image_data)
         for i, url in enumerate(images):
             if not isinstance(url, str) or not _DATA_URL.fullmatch(url):
@@ -362,6 +378,8 @@ class Trajectory:
             finish_reason,
             routed_experts,
             images,
+            checked_top_p,
+            routed_experts_layout if routed_experts is not None else None,
         )
 
     def _commit_turn(
@@ -394,6 +412,9 @@ class Trajectory:
             request_id=request_id,
             weight_version=weight_version,
             routed_experts=new.routed_experts,
+            routed_experts_layout=new.routed_experts_layout,
+            top_p_token_ids=None if new.top_p is None else new.top_p[0],
+            top_p_offsets=None if new.top_p is None else new.top_p[1],
             image_data=new.images,
         )
         # Commit: nothing below can fail.
@@ -418,12 +439,17 @@ class Trajectory:
         self.images.extend(new.images)
         return turn
 
-    def _check_routed_experts(self, encoded: str, start: int, new_tokens: int) -> None:
+    def _check_routed_experts(
+        self, encoded: str, start: int, new_tokens: int, layout: tuple[int, int, int] | None
+    ) -> None:
         try:
             raw = base64.b64decode(encoded, validate=True)
         except ValueError as e:
             raise TrajectoryError(f"routed_experts is not valid base64: {e}") from e
         rows = new_tokens if start else new_tokens - 1
+        if layout is not None:
+            check_routing_layout(raw, rows, layout, TrajectoryError)
+            return
         if rows <= 0:
             return
         if len(raw) % (4 * rows):
@@ -454,6 +480,10 @@ class Trajectory:
             "turns": [t.as_dict() for t in self.turns],
             # The images of all prompts in order (turns[k]["images"] of them per turn), as base64 data URLs.
             "image_data": list(self.images),
+            # Every turn's routing as one base64 .npy (len - 1, layers, top_k); None without a known layout.
+            "routed_experts": routing_npy(self.turns),
+            # Top-p replay over the whole sequence (prompt tokens' rows empty); None unless every turn has it.
+            "top_p": None if (rows := top_p_rows(self.turns)) is None else {"token_ids": rows[0], "offsets": rows[1]},
         }
 
 

@@ -351,6 +351,8 @@ class TokenModel(Model):
         state = self._state(model_state)
         self._last_state = state
         agent = (invocation_state or {}).get("agent")
+        if agent is not None and state.agent_name is None:
+            state.agent_id, state.agent_name = _str_or_none(agent, "agent_id"), _str_or_none(agent, "name")
         if agent is not None and agent not in self._hooked_agents:
             agent.add_hook(self._cancel_malformed_call, BeforeToolCallEvent)
             self._hooked_agents.add(agent)
@@ -434,6 +436,8 @@ class TokenModel(Model):
                 request_id=reply.request_id,
                 weight_version=reply.weight_version,
                 routed_experts=reply.routed_experts,
+                routed_experts_layout=reply.routed_experts_layout,
+                top_p=reply.top_p,
                 image_data=new_images,
                 image_token_id=self._image_token_id() if request.image_data else None,
             )
@@ -456,6 +460,8 @@ class TokenModel(Model):
             model_id=self.config.get("model_id"),
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
             routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
+            agent_id=state.agent_id,
+            agent_name=state.agent_name,
         )
         return calls, reasoning, answer
 
@@ -578,3 +584,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 def _plain_text(message: Any) -> str:
     return "".join(block["text"] for block in message["content"] if "text" in block)
+
+
+def _str_or_none(agent: Any, name: str) -> str | None:
+    value = getattr(agent, name, None)
+    return value if isinstance(value, str) and value else None
