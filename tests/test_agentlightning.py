@@ -964,6 +964,43 @@ async def test_wrong_key_at_run_time_is_a_clear_error_without_a_retry_storm(
     assert_matches_trajectory(trainer_reads(agl, rollout_id), trajectory, "test-model")
 
 
+HOSTILE_ROLLOUT_IDS = ["../../../admin/purge?all=1#", "ro-1\r\nX-Injected: 1", "ro%2F..%2Fadmin", "..", "a/b"]
+
+
+async def test_hostile_rollout_ids_never_build_a_url(
+    agl: AglServer, proxies: Callable[[], Proxy], tmp_path: Path
+) -> None:
+    """A rollout id that would change the URL is refused at ingest with the reason (400), and an exporter handed such
+    a record (an older store) skips it without any request; later rollouts are delivered."""
+    import random
+
+    proxy = proxies()
+    good = random_trajectory(random.Random(41), turns=2)
+    agl.create("clean-rollout")
+    async with collector_in_process(tmp_path, proxy.url, ack_timeout=0.5) as c:
+        endpoint = f"http://127.0.0.1:{c.http_port}"
+        async with httpx.AsyncClient(timeout=30) as http:
+            for rollout_id in HOSTILE_ROLLOUT_IDS:
+                body = otlp_rollout(random_trajectory(random.Random(7), turns=1), rollout_id, 1.0)
+                r = await http.post(f"{endpoint}/v1/traces", content=body, headers=PB)
+                assert r.status_code == 400 and "agentlightning.rollout_id" in r.text, r.text
+        await post_otlp(endpoint, otlp_rollout(good, "clean-rollout", 1.0))
+        await asyncio.to_thread(wait_for, lambda: len(agl.events("clean-rollout")) == 3, 20, "the good rollout")
+        record = json.loads((tmp_path / "out.jsonl").read_text().splitlines()[-1])
+    exporter = AgentLightningExporter(proxy.url, KEY, tmp_path / "direct.db", ack_timeout=0)
+    delivered: list[str] = []
+    exporter.on_delivered = delivered.append
+    try:
+        for n, rollout_id in enumerate(HOSTILE_ROLLOUT_IDS):
+            hostile = {**record, "trajectory_id": f"hostile-{n}", "resource": {capture.AGL_ROLLOUT_ID: rollout_id}}
+            exporter.write([hostile], f"p{n}")
+    finally:
+        exporter.close()
+    assert delivered == [f"hostile-{n}" for n in range(len(HOSTILE_ROLLOUT_IDS))]  # skipped, never jammed
+    paths = [path for _, path, _ in proxy.requests]
+    assert not any("admin" in path or ".." in path or "hostile" in path for path in paths), paths
+
+
 def test_collect_options(monkeypatch: pytest.MonkeyPatch) -> None:
     from strands_tito.collector.cli import parse_args
 

@@ -39,6 +39,21 @@ AGL_ATTEMPT_ID = "agentlightning.attempt_id"
 AGL_IDENTITY_KEYS = (AGL_ROLLOUT_ID, AGL_ATTEMPT_ID)
 #: Where the ids sit in ``AGL_EVENT_URL``, the events URL Agent Lightning's runner gives each rollout attempt.
 AGL_EVENT_URL_PATTERN = re.compile(r"/rollouts/(?P<rollout>[^/]+)/attempt/(?P<attempt>[^/]+)/events/?$")
+#: What a rollout or attempt id may be: Agent Lightning's own ids (``ro-…``, ``at-…``) and any plain token. The ids go
+#: into URL paths, so a path separator, dot segment, query, fragment, percent escape or control character is refused.
+AGL_ID_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._:~-]{0,255}")
+
+
+def agl_identity_error(attributes: Mapping[str, Any]) -> str | None:
+    """Why the Agent Lightning ids among ``attributes`` are unusable (not text, or not :data:`AGL_ID_PATTERN`), or
+    None when they are absent or fine."""
+    for key in AGL_IDENTITY_KEYS:
+        value = attributes.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or AGL_ID_PATTERN.fullmatch(value) is None:
+            return f"{key} {str(value)[:80]!r} is not an id (letters, digits and . _ : ~ -, at most 256)"
+    return None
 
 
 def agentlightning_identity_of(event_url: str) -> dict[str, str]:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from strands_tito.errors import StrandsTitoError
 
@@ -35,6 +36,7 @@ __all__ = [
     "check_routing_layout",
     "check_top_p",
     "decode_compact_routing",
+    "decode_routed_experts",
     "decode_top_p",
     "replay_attributes",
     "routed_experts_dtype",
@@ -203,3 +205,38 @@ def decode_top_p(attributes: Mapping[str, Any], outputs: int) -> tuple[list[int]
     id_list: list[int] = ids.tolist()
     offset_list: list[int] = offsets.tolist()
     return id_list, offset_list
+
+
+def decode_routed_experts(
+    routed_experts: str | Sequence[str],
+    seq_len: int | None = None,
+    num_layers: int | None = None,
+    top_k: int | None = None,
+) -> NDArray[np.int32]:
+    """Join base64 little-endian int32 routing into an array of shape ``(seq_len - 1, num_layers, top_k)``.
+
+    Args:
+        routed_experts: One base64 string, or per-turn slices in order (``model.routed_experts``).
+        seq_len: Tokens in the trajectory (routing covers every position but the last); None takes the row count
+            from the data.
+        num_layers: MoE layers.
+        top_k: Experts per token.
+
+    Raises:
+        ValueError: The data do not split into ``num_layers x top_k`` rows, or hold a different number of rows
+            than ``seq_len - 1``.
+    """
+    if num_layers is None or top_k is None:
+        raise TypeError("decode_routed_experts needs num_layers= and top_k=")
+    slices = [routed_experts] if isinstance(routed_experts, str) else list(routed_experts)
+    buffer = b"".join(base64.b64decode(s) for s in slices)
+    row = 4 * num_layers * top_k
+    if len(buffer) % row:
+        raise ValueError(f"{len(buffer)} bytes of routing do not split into rows of {num_layers}x{top_k} int32")
+    rows = len(buffer) // row
+    if seq_len is not None and rows != max(seq_len - 1, 0):
+        raise ValueError(
+            f"routing holds {rows} rows of {num_layers}x{top_k}, but seq_len={seq_len} needs {max(seq_len - 1, 0)} "
+            "(one per position but the last): seq_len, num_layers or top_k does not match the data"
+        )
+    return np.frombuffer(buffer, dtype="<i4").astype(np.int32).reshape(rows, num_layers, top_k)

@@ -8,24 +8,30 @@ leaves no partial segment behind.
 from __future__ import annotations
 
 import base64
-import itertools
+import copy
 import math
-import operator
 import re
 import sys
 import uuid
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, cast, overload
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
 
 import numpy as np
 import orjson
 from numpy.typing import NDArray
 
 from strands_tito.errors import StrandsTitoError
-from strands_tito.replay import check_routing_layout, check_top_p, routing_npy, top_p_rows
+from strands_tito.prompt_ids import PromptIds
+from strands_tito.replay import check_routing_layout, check_top_p, decode_routed_experts, routing_npy, top_p_rows
+
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import CoreSchema
+
+    from strands_tito.trajectory_fields import TrajectoryFields
 
 FinishReason = Literal["stop", "length", "abort"]
 #: What an image of a trajectory must look like: a base64 data URL of an image type (what SGLang's ``image_data``
@@ -358,7 +364,10 @@ class Trajectory:
                 f"server saw a {prompt_tokens}-token prompt but the trajectory prefix is {start + len(prompt)} tokens"
             )
         if routed_experts is not None:
-            self._check_routed_experts(routed_experts, start, len(prompt) + len(output), routed_experts_layout)
+            turn_start = self._turn_start()
+            self._check_routed_experts(
+                routed_experts, turn_start, start - turn_start + len(prompt) + len(output), routed_experts_layout
+            )
         checked_top_p = None if top_p is None else check_top_p(top_p, len(output), TrajectoryError)
         images = tuple(image_data)
         for i, url in enumerate(images):
@@ -392,21 +401,18 @@ class Trajectory:
         weight_version: str | None,
     ) -> Turn:
         """The commit half of :meth:`append_turn`, on a turn :meth:`_check_turn` accepted: nothing here can fail."""
-        prompt, output = new.prompt, new.output
         start = len(self.token_ids)
-        new_segments: list[Segment] = []
-        if prompt:
-            new_segments.append(Segment(False, start, len(prompt)))
-        new_segments.append(Segment(True, start + len(prompt), len(output)))
+        turn_start = self._turn_start()  # before ``start`` when prompt tokens were added by hand (add_prompt)
+        prefix_crc32 = self.crc32 if turn_start == start else zlib.crc32(memoryview(self.packed_ids)[: 4 * turn_start])
         turn = Turn(
             index=len(self.turns),
-            prompt_start=start,
-            prompt_length=len(prompt),
-            output_length=len(output),
+            prompt_start=turn_start,
+            prompt_length=start - turn_start + len(new.prompt),
+            output_length=len(new.output),
             finish_reason=new.finish_reason,
-            prefix_crc32=self.crc32,
+            prefix_crc32=prefix_crc32,
             matched_stop=matched_stop,
-            prompt_tokens=start + len(prompt),
+            prompt_tokens=start + len(new.prompt),
             cached_tokens=cached_tokens,
             latency_s=latency_s,
             request_id=request_id,
@@ -418,29 +424,80 @@ class Trajectory:
             image_data=new.images,
         )
         # Commit: nothing below can fail.
-        self.crc32 = zlib.crc32(new.output_packed, zlib.crc32(new.prompt_packed, self.crc32))
-        self.packed_ids += new.prompt_packed
-        self.packed_ids += new.output_packed
-        self.packed_logprobs += new.prompt_logprobs_packed
-        self.packed_logprobs += new.output_logprobs_packed
-        self.ids_json += (b"," if self.ids_json else b"") + orjson.dumps(prompt + output)[1:-1]
-        self.token_ids.extend(prompt)
-        self.token_ids.extend(output)
-        self.loss_mask.extend([0] * len(prompt))
-        self.loss_mask.extend([1] * len(output))
-        self.logprobs.extend(new.prompt_logprobs)
-        self.logprobs.extend(new.output_logprobs)
-        if self.segments and new_segments[0].is_output and self.segments[-1].is_output:
-            # Two outputs back to back (no new prompt tokens): keep one segment per contiguous run.
-            last = self.segments.pop()
-            new_segments[0] = Segment(True, last.start, last.length + new_segments[0].length)
-        self.segments.extend(new_segments)
+        self._extend(new.prompt, new.prompt_packed, new.prompt_logprobs, new.prompt_logprobs_packed, False)
+        self._extend(new.output, new.output_packed, new.output_logprobs, new.output_logprobs_packed, True)
         self.turns.append(turn)
         self.images.extend(new.images)
         return turn
 
+    def _extend(self, ids: list[int], packed: bytes, logprobs: list[float | None], logprobs_packed: bytes, /,
+                is_output: bool) -> None:  # fmt: skip
+        """Append checked tokens of one kind (one segment per run of a kind). Cannot fail."""
+        if not ids:
+            return
+        start = len(self.token_ids)
+        self.crc32 = zlib.crc32(packed, self.crc32)
+        self.packed_ids += packed
+        self.packed_logprobs += logprobs_packed
+        self.ids_json += (b"," if self.ids_json else b"") + orjson.dumps(ids)[1:-1]
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([int(is_output)] * len(ids))
+        self.logprobs.extend(logprobs)
+        if self.segments and self.segments[-1].is_output == is_output:
+            last = self.segments[-1]
+            self.segments[-1] = Segment(is_output, last.start, last.length + len(ids))
+        else:
+            self.segments.append(Segment(is_output, start, len(ids)))
+
+    def _turn_start(self) -> int:
+        """Where the next turn's prompt starts: right after the last turn's output."""
+        return self.turns[-1].output_start + self.turns[-1].output_length if self.turns else 0
+
+    # -- hand-built trajectories (strands-sglang 0.6's Rollout methods), checked like the model's own turns ---------
+
+    def add_prompt(self, token_ids: Sequence[int], logprobs: Sequence[float | None] | None = None) -> None:
+        """Append prompt tokens (loss mask 0), checked as :meth:`append_turn` checks a prompt; they begin the next
+        turn's prompt. Empty ``token_ids`` add nothing.
+
+        Raises:
+            TrajectoryError: The ids or logprobs are invalid; nothing is added.
+        """
+        ids, ids_packed = _check_ids("token_ids", token_ids)
+        checked, packed = _check_logprobs("logprobs", logprobs, len(ids))
+        self._extend(ids, ids_packed, checked, packed, False)
+
+    def add_response(self, token_ids: Sequence[int], logprobs: Sequence[float | None] | None = None) -> None:
+        """Append model output (loss mask 1) as a turn through :meth:`append_turn` (finish reason ``stop``), its prompt
+        what :meth:`add_prompt` added since the last turn. Empty ``token_ids`` add nothing.
+
+        Raises:
+            TrajectoryError: Nothing was added before it (the first segment must be a prompt), or the ids or
+                logprobs are invalid; nothing is added.
+        """
+        if len(token_ids) == 0:
+            return
+        if not self.segments:
+            raise TrajectoryError("the first segment must be a prompt: call add_prompt() before add_response()")
+        self.append_turn((), token_ids, finish_reason="stop", output_logprobs=logprobs)
+
+    def add_routed_experts(self, routed_experts: str) -> None:
+        """Attach the last turn's base64 routed-experts slice, checked as :meth:`append_turn` checks one.
+
+        Raises:
+            TrajectoryError: There is no turn yet, the last one has its slice already, or the slice does not fit it.
+        """
+        if not self.turns:
+            raise TrajectoryError("routed experts belong to a turn: call add_response() first")
+        last = self.turns[-1]
+        if last.routed_experts is not None:
+            raise TrajectoryError(f"turn {last.index} has its routed experts already")
+        if not isinstance(routed_experts, str):
+            raise TrajectoryError("routed_experts must be a base64 string")
+        self._check_routed_experts(routed_experts, last.prompt_start, last.prompt_length + last.output_length)
+        self.turns[-1] = replace(last, routed_experts=routed_experts)
+
     def _check_routed_experts(
-        self, encoded: str, start: int, new_tokens: int, layout: tuple[int, int, int] | None
+        self, encoded: str, start: int, new_tokens: int, layout: tuple[int, int, int] | None = None
     ) -> None:
         try:
             raw = base64.b64decode(encoded, validate=True)
@@ -486,60 +543,46 @@ class Trajectory:
             "top_p": None if (rows := top_p_rows(self.turns)) is None else {"token_ids": rows[0], "offsets": rows[1]},
         }
 
+    # -- pydantic: a field type, with BaseModel's methods (strands-sglang 0.6's Rollout was a BaseModel) ----------
 
-class PromptIds(Sequence[int]):
-    """A request's whole prompt: the first ids of an append-only list (a trajectory's ``token_ids``) and the new ones.
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        """Validate a :class:`Trajectory` (kept as is) or its fields; serialize to its fields."""
+        from strands_tito.trajectory_fields import pydantic_schema
 
-    Read-only and not a copy: a list of the whole context would be made, touched id by id and freed again on every
-    model call, a cost that grows with the context. The ids it covers never change, since the trajectory only grows
-    (:meth:`Trajectory.append_turn`). Compares equal to a list (or another ``PromptIds``) of the same ids; use
-    ``list(ids)`` for a list.
-    """
+        return pydantic_schema(cls, handler)
 
-    __slots__ = ("_context", "_length", "_new")
+    def model_dump(self, *, mode: Literal["python", "json"] | str = "python") -> TrajectoryFields:
+        """The trajectory as plain data (:class:`~strands_tito.trajectory_fields.TrajectoryFields`, fresh lists);
+        ``mode="json"`` writes an infinite logprob as a string (JSON has no infinity)."""
+        from strands_tito.trajectory_fields import fields_of
 
-    def __init__(self, context: list[int], new: list[int]) -> None:
-        self._context = context
-        self._length = len(context)
-        self._new = new
+        return fields_of(self, json=mode == "json")
 
-    def __len__(self) -> int:
-        return self._length + len(self._new)
+    def model_dump_json(self, *, indent: int | None = None) -> str:
+        """:meth:`model_dump` (``mode="json"``) as JSON text (``indent`` given: two spaces)."""
+        return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_INDENT_2 if indent else 0).decode()
 
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[int]: ...
-    def __getitem__(self, index: int | slice) -> int | list[int]:
-        length = self._length
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            if start >= length:
-                return self._new[start - length : max(start, stop) - length]
-            return self._context[start : min(stop, length)] + self._new[: max(0, stop - length)]
-        position = operator.index(index)
-        if position < 0:
-            position += len(self)
-        if not 0 <= position < len(self):
-            raise IndexError("prompt index out of range")
-        return self._context[position] if position < length else self._new[position - length]
+    @classmethod
+    def model_validate(cls, obj: Any) -> Trajectory:
+        """``obj`` if it is a :class:`Trajectory`, else one rebuilt from its fields (:meth:`model_dump`'s or
+        strands-sglang 0.6's) through :meth:`append_turn` and :meth:`add_prompt`: :class:`TrajectoryError` if invalid.
+        """
+        from strands_tito.trajectory_fields import trajectory_from_fields
 
-    def __iter__(self) -> Iterator[int]:
-        return itertools.chain(itertools.islice(self._context, self._length), self._new)
+        return obj if isinstance(obj, cls) else trajectory_from_fields(cls(), obj)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PromptIds | list):
-            return NotImplemented
-        ids = other if isinstance(other, list) else list(other)
-        length = self._length
-        return len(self) == len(ids) and self._new == ids[length:] and self._context[:length] == ids[:length]
+    @classmethod
+    def model_validate_json(cls, data: str | bytes | bytearray) -> Trajectory:
+        """:meth:`model_validate` of JSON text (not JSON: :class:`orjson.JSONDecodeError`, a ``ValueError``)."""
+        return cls.model_validate(orjson.loads(data))
 
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"PromptIds({len(self)} ids: {self._length} recorded + {self._new!r})"
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Trajectory:
+        """An independent copy (no list is shared, whatever ``deep``); with ``update``, one rebuilt from
+        :meth:`model_dump` with those fields replaced, checked as :meth:`model_validate` checks."""
+        if update:
+            return type(self).model_validate({**self.model_dump(), **update})
+        return replace(self, **{f.name: copy.copy(getattr(self, f.name)) for f in fields(self)})
 
 
 def pack_int32(ids: Sequence[int]) -> bytes:
@@ -548,41 +591,6 @@ def pack_int32(ids: Sequence[int]) -> bytes:
     if sys.byteorder != "little":
         packed.byteswap()
     return packed.tobytes()
-
-
-def decode_routed_experts(
-    routed_experts: str | Sequence[str],
-    seq_len: int | None = None,
-    num_layers: int | None = None,
-    top_k: int | None = None,
-) -> NDArray[np.int32]:
-    """Join base64 little-endian int32 routing into an array of shape ``(seq_len - 1, num_layers, top_k)``.
-
-    Args:
-        routed_experts: One base64 string, or per-turn slices in order (``model.routed_experts``).
-        seq_len: Tokens in the trajectory (routing covers every position but the last); None takes the row count
-            from the data.
-        num_layers: MoE layers.
-        top_k: Experts per token.
-
-    Raises:
-        ValueError: The data do not split into ``num_layers x top_k`` rows, or hold a different number of rows
-            than ``seq_len - 1``.
-    """
-    if num_layers is None or top_k is None:
-        raise TypeError("decode_routed_experts needs num_layers= and top_k=")
-    slices = [routed_experts] if isinstance(routed_experts, str) else list(routed_experts)
-    buffer = b"".join(base64.b64decode(s) for s in slices)
-    row = 4 * num_layers * top_k
-    if len(buffer) % row:
-        raise ValueError(f"{len(buffer)} bytes of routing do not split into rows of {num_layers}x{top_k} int32")
-    rows = len(buffer) // row
-    if seq_len is not None and rows != max(seq_len - 1, 0):
-        raise ValueError(
-            f"routing holds {rows} rows of {num_layers}x{top_k}, but seq_len={seq_len} needs {max(seq_len - 1, 0)} "
-            "(one per position but the last): seq_len, num_layers or top_k does not match the data"
-        )
-    return np.frombuffer(buffer, dtype="<i4").astype(np.int32).reshape(rows, num_layers, top_k)
 
 
 #: strands-sglang 0.6's name for the trajectory type: the same class.

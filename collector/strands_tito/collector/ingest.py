@@ -22,7 +22,7 @@ from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord, quarantined
 from strands_tito.errors import StrandsTitoError
 from strands_tito.otlp import attributes_of
-from strands_tito.records import AGL_IDENTITY_KEYS
+from strands_tito.records import AGL_IDENTITY_KEYS, agl_identity_error
 
 from .store import Store, StoredSpan
 
@@ -150,9 +150,13 @@ class Ingestor:
                     if not spans.is_tito_span(attributes):
                         result.ignored += 1
                         continue
+                    identity = _with_span_identity(resource, attributes)
                     try:
                         _check_ids(span)
                         decoded = spans.decode_span(attributes, span.end_time_unix_nano, unpack=False)
+                        bad_identity = agl_identity_error(identity)
+                        if bad_identity is not None:  # it would become part of a URL path (Agent Lightning)
+                            raise spans.SpanSchemaError(bad_identity)
                     except spans.SpanSchemaError as e:
                         result.errors.append(f"span {span.span_id.hex()[:16]}: {e}")
                         continue
@@ -161,7 +165,7 @@ class Ingestor:
                         span.span_id.hex(),
                         decoded.trajectory_id,
                         span.SerializeToString(),
-                        _with_span_identity(resource, attributes),
+                        identity,
                     )
                     candidates.append((stored, decoded))
                     result.trajectories.setdefault(decoded.trajectory_id, stored.resource)

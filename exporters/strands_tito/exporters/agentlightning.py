@@ -30,12 +30,13 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
 
 from strands_tito.errors import StrandsTitoError
-from strands_tito.records import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID
+from strands_tito.records import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID, agl_identity_error
 
 from .base import ExporterConfigError
 
@@ -336,10 +337,13 @@ class AgentLightningExporter:
                 continue
             tid = record["trajectory_id"]
             try:
+                bad_identity = agl_identity_error(record.get("resource") or {})
+                if bad_identity is not None:  # the collector refuses these at ingest; a record from an older store
+                    raise _Skip(bad_identity)
                 self._deliver(tid, ids[0], ids[1], build_events(record, self.model), position)
             except _Skip as e:
                 logger.error(
-                    "trajectory_id=<%s>, rollout_id=<%s>, reason=<%s> | events not posted to Agent Lightning",
+                    "trajectory_id=<%s>, rollout_id=<%r>, reason=<%s> | events not posted to Agent Lightning",
                     tid,
                     ids[0],
                     e,
@@ -380,7 +384,7 @@ class AgentLightningExporter:
         elif self._absent.get(tid) != posted:
             posted = self._resolve(tid, rollout, attempt, events, posted)
             self._set_posted(tid, position, posted)
-        path = f"/api/rollouts/{rollout}/attempt/{attempt}/events"
+        path = f"/api/rollouts/{quote(rollout, safe='')}/attempt/{quote(attempt, safe='')}/events"
         for index in range(posted, len(events)):
             try:
                 response = self._client.post(
@@ -414,7 +418,7 @@ class AgentLightningExporter:
     def _resolve(self, tid: str, rollout: str, attempt: str, events: list[dict[str, Any]], posted: int) -> int:
         """How many events are on the server, when event ``posted`` may or may not have arrived (sent, no answer)."""
         try:
-            response = self._client.get(f"/api/rollouts/{rollout}")
+            response = self._client.get(f"/api/rollouts/{quote(rollout, safe='')}")
             self._check(response, f"GET /api/rollouts/{rollout}")
             state = response.json()
             visible = (state.get("rollout") or {}).get("status", {}).get("last_attempt_id") or "0"
@@ -429,7 +433,9 @@ class AgentLightningExporter:
                 )
                 return posted
             event_type = events[posted]["event_type"]
-            response = self._client.get(f"/api/rollouts/{rollout}/events", params={"event_type": event_type})
+            response = self._client.get(
+                f"/api/rollouts/{quote(rollout, safe='')}/events", params={"event_type": event_type}
+            )
             self._check(response, f"GET /api/rollouts/{rollout}/events")
         except httpx.HTTPError as e:
             raise AgentLightningError(f"GET {self.url}/api/rollouts/{rollout} failed: {type(e).__name__}: {e}") from e

@@ -13,6 +13,7 @@ Getting spans *out* of the process is switched on by environment variables, no c
 from __future__ import annotations
 
 import atexit
+import base64
 import functools
 import logging
 import os
@@ -131,10 +132,8 @@ def record_turn(
     *,
     model_id: str | None,
     tool_parse_errors: Sequence[dict[str, str]] = (),
-    routed_experts: bytes | None = None,
     image_token_id: int | None = None,
-    agent_id: str | None = None,
-    agent_name: str | None = None,
+    agent: AgentState | None = None,
 ) -> None:
     """Put one recorded turn, its lineage and GenAI ids on the current span (Strands' ``chat`` span in ``stream``).
 
@@ -179,12 +178,12 @@ def record_turn(
         weight_version=turn.weight_version,
         model_id=model_id,
         tool_parse_errors=tool_parse_errors,
-        routed_experts=routed_experts,
+        routed_experts=base64.b64decode(turn.routed_experts) if turn.routed_experts else None,
         routed_experts_layout=turn.routed_experts_layout,
         top_p=None if turn.top_p_offsets is None else (turn.top_p_token_ids or (), turn.top_p_offsets),
         images=_turn_images(trajectory, turn, image_token_id),
     )
-    _put_on_span(span, attributes, trajectory, agent_id, agent_name)
+    _put_on_span(span, attributes, trajectory, agent)
 
 
 def _turn_images(trajectory: Trajectory, turn: Turn, token_id: int | None) -> bytes | None:
@@ -214,8 +213,7 @@ def record_call(
     finish_reason: str,
     model_id: str | None = None,
     request_id: str | None = None,
-    agent_id: str | None = None,
-    agent_name: str | None = None,
+    agent: AgentState | None = None,
 ) -> bool:
     """Put one OpenAI-compatible call on the current span (Strands' ``chat`` span inside ``OpenAIModel.stream``).
 
@@ -237,7 +235,7 @@ def record_call(
         model_id=model_id,
         request_id=request_id,
     )
-    _put_on_span(span, attributes, calls, agent_id, agent_name)
+    _put_on_span(span, attributes, calls, agent)
     return True
 
 
@@ -245,8 +243,7 @@ def _put_on_span(
     span: Any,
     attributes: dict[str, Any],
     owner: Trajectory | CallSequence,
-    agent_id: str | None = None,
-    agent_name: str | None = None,
+    agent: AgentState | None = None,
 ) -> None:
     """Set a turn's or call's attributes, refusing to let the SDK's count limit evict any, and track its owner."""
     identity = agentlightning_identity()
@@ -258,8 +255,8 @@ def _put_on_span(
             lineage = _lineages[tid] = lineage_of(
                 span,
                 tid,
-                agent_id=agent_id,
-                agent_name=agent_name,
+                agent_id=agent.agent_id if agent is not None else None,
+                agent_name=agent.agent_name if agent is not None else None,
                 episode_of=_lineages,
                 rollout_id=identity.get(AGL_ROLLOUT_ID),
             )
@@ -336,6 +333,11 @@ class AgentState(dict[str, Any]):
         attach_span_tree()  # before the agent's spans start, so its sub-agents find it
         finalizer = weakref.finalize(self, end_trajectory, trajectory, "released")
         finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
+
+    def note_agent(self, agent: Any) -> None:
+        """Remember the Strands agent's ``agent_id`` and ``name`` (its spans' ``gen_ai.agent.*``), once."""
+        if agent is not None and self.agent_name is None:
+            self.agent_id, self.agent_name = _text(getattr(agent, "agent_id", "")), _text(getattr(agent, "name", ""))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AgentState:
         return self
@@ -505,3 +507,7 @@ def add_processors(provider: TracerProvider, processors: Sequence[SpanProcessor]
         if processor not in attached:
             provider.add_span_processor(processor)
             attached.append(processor)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -11,10 +11,12 @@ fallback reply and reads them from JSON::
      "default": {"text": "OK."}}
 
 A bare string is also accepted as a step (``"Hi"`` = ``{"text": "Hi"}``); ``"default": null`` disables the fallback.
+A script with ``"repeat": true`` serves every new conversation it matches instead of only the first.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 __all__ = [
+    "BUILTIN_SCRIPTS",
     "DEFAULT_REPLY",
     "ContextOverflowVariant",
     "Fault",
@@ -99,6 +102,10 @@ class Reply:
         """A reply always answers exactly one request."""
         return 1
 
+
+#: Script files shipped with the package, loadable by name (``strands-tito engine --script quickstart``):
+#: ``quickstart`` answers every conversation with a ``multiply`` call for 25 and 17, then with the product.
+BUILTIN_SCRIPTS: tuple[str, ...] = ("quickstart",)
 
 #: The fallback reply used when nothing else is scripted.
 DEFAULT_REPLY = Reply(text="OK.")
@@ -225,12 +232,14 @@ class Script:
     """The steps for one conversation, consumed one per request.
 
     ``match``: the script is only given to a new conversation whose decoded first prompt contains this substring
-    (None matches any conversation).
+    (None matches any conversation). ``repeat``: every new matching conversation gets its own copy of the steps (the
+    script is never used up), so an agent run again gets the same answers.
     """
 
     turns: list[Step] = field(default_factory=list)
     match: str | None = None
     name: str | None = None
+    repeat: bool = False
 
     def expanded(self) -> Iterator[Step]:
         """The steps with each fault repeated ``count`` times."""
@@ -240,8 +249,8 @@ class Script:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Script:
-        """Build a script from ``{"match": ..., "name": ..., "turns": [...]}``."""
-        _reject_unknown(data, {"match", "name", "turns"}, "script")
+        """Build a script from ``{"match": ..., "name": ..., "repeat": false, "turns": [...]}``."""
+        _reject_unknown(data, {"match", "name", "repeat", "turns"}, "script")
         turns = data.get("turns", [])
         if not isinstance(turns, list):
             raise ValueError(f"script turns must be a list, got {type(turns).__name__}")
@@ -251,7 +260,10 @@ class Script:
             raise ValueError(f"script match must be a string or null, got {match!r}")
         if name is not None and not isinstance(name, str):
             raise ValueError(f"script name must be a string or null, got {name!r}")
-        return cls(turns=[step_from_dict(step) for step in turns], match=match, name=name)
+        repeat = data.get("repeat", False)
+        if not isinstance(repeat, bool):
+            raise ValueError(f"script repeat must be true or false, got {repeat!r}")
+        return cls(turns=[step_from_dict(step) for step in turns], match=match, name=name, repeat=repeat)
 
 
 @dataclass
@@ -282,7 +294,9 @@ class ScriptFile:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ScriptFile:
-        """Read a JSON script file."""
+        """Read a JSON script file, or a script shipped with the package by name (:data:`BUILTIN_SCRIPTS`)."""
+        if str(path) in BUILTIN_SCRIPTS and not Path(path).exists():
+            path = Path(str(importlib.resources.files("strands_tito.engine") / "scripts" / f"{path}.json"))
         with Path(path).open(encoding="utf-8") as handle:
             data = json.load(handle)
         if not isinstance(data, dict):

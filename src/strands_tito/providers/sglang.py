@@ -16,12 +16,14 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 from strands.models.model import BaseModelConfig
+from strands.types.content import Messages
+from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.providers.client import SGLangClient, TokenClient
+from strands_tito.providers.prompt import format_messages, format_tool_specs
 from strands_tito.providers.reply_checks import is_token_id_list, triple_logprobs
 from strands_tito.providers.token_model import (
-    INVALID_TOOL_NAME,
     STATE_KEY,
     Generation,
     GenerationRequest,
@@ -35,7 +37,6 @@ from strands_tito.providers.tool_parsers import ToolParser
 from strands_tito.trajectory import FinishReason
 
 __all__ = [
-    "INVALID_TOOL_NAME",
     "STATE_KEY",
     "HistoryRewrittenError",
     "ImagesNotSupportedError",
@@ -57,32 +58,6 @@ class SGLangAbortedError(TokenAbortedError):
     """The server aborted the generation (``finish_reason.type == "abort"``): an error, never a normal turn."""
 
 
-class SGLangConfig(BaseModelConfig, total=False):
-    """Configuration of :class:`SGLangModel`.
-
-    Attributes:
-        model_id: Name reported to Strands (and on its spans).
-        sampling_params: SGLang sampling parameters; ``skip_special_tokens`` defaults to False so tool markup that
-            uses special tokens survives in the text.
-        return_logprob: Record logprobs (default True).
-        return_routed_experts: Record MoE routing per turn (R3; needs ``--enable-return-routed-experts``).
-        routed_experts_layout: ``(num_layers, top_k, num_experts)`` of the served MoE model: routing then travels
-            compact (uint8/uint16) and records and Agent Lightning events carry it as a ``.npy`` of that shape.
-        return_top_p: Record, per generated token, the token ids the top-p sampler kept (slime's top-p replay;
-            sends ``custom_params.return_top_p_token_ids``, which needs slime's SGLang top-p patch).
-        enable_thinking: Passed to the chat template; None keeps the template's default.
-        context_window_limit: Context length; when unset it is read from the server's ``/v1/models``.
-    """
-
-    model_id: str
-    sampling_params: dict[str, Any]
-    return_logprob: bool
-    return_routed_experts: bool
-    routed_experts_layout: tuple[int, int, int]
-    return_top_p: bool
-    enable_thinking: bool | None
-
-
 class SGLangModel(TokenModel):
     """Strands model provider that sends token IDs to SGLang and records the exact token trajectory.
 
@@ -100,12 +75,42 @@ class SGLangModel(TokenModel):
         **config: :class:`SGLangConfig` keys.
     """
 
+    class SGLangConfig(BaseModelConfig, total=False):
+        """Configuration of :class:`SGLangModel`.
+
+        Attributes:
+            model_id: Name reported to Strands (and on its spans).
+            sampling_params: SGLang sampling parameters; ``skip_special_tokens`` defaults to False so tool markup that
+                uses special tokens survives in the text.
+            return_logprob: Record logprobs (default True).
+            return_routed_experts: Record MoE routing per turn (R3; needs ``--enable-return-routed-experts``).
+            routed_experts_layout: ``(num_layers, top_k, num_experts)`` of the served MoE model: routing then travels
+                compact (uint8/uint16) and records and Agent Lightning events carry it as a ``.npy`` of that shape.
+            return_top_p: Record, per generated token, the token ids the top-p sampler kept (slime's top-p replay;
+                sends ``custom_params.return_top_p_token_ids``, which needs slime's SGLang top-p patch).
+            enable_thinking: Passed to the chat template; None keeps the template's default.
+            first_prompt_logprobs: Record the first prompt's input logprobs too (default False). The first turn is then
+                sent with ``logprob_start_len=0``, as strands-sglang 0.6 does, which stops SGLang from reusing a cached
+                prefix for it (a system prompt shared across rollouts is computed again each time); the first token's
+                logprob is None (SGLang has none for it). Off, the first prompt's logprobs are None and later turns'
+                prompts are recorded either way.
+            context_window_limit: Context length; when unset it is read from the server's ``/v1/models``.
+        """
+
+        model_id: str
+        sampling_params: dict[str, Any]
+        return_logprob: bool
+        return_routed_experts: bool
+        routed_experts_layout: tuple[int, int, int]
+        return_top_p: bool
+        enable_thinking: bool | None
+        first_prompt_logprobs: bool
+
     max_tokens_key = "max_new_tokens"
     default_sampling_params: ClassVar[dict[str, Any]] = {"skip_special_tokens": False}
     response_error = SGLangResponseError
     aborted_error = SGLangAbortedError
     config_type = SGLangConfig
-
     config: SGLangConfig
 
     def __init__(
@@ -137,6 +142,19 @@ class SGLangModel(TokenModel):
         """Return the configuration."""
         return self.config
 
+    @classmethod
+    def format_messages(cls, messages: Messages, system_prompt: str | None = None) -> list[dict[str, Any]]:
+        """The chat-template messages the first prompt renders (strands-sglang 0.6's helper; images raise).
+
+        Not an extension point: overriding it does not change what is sent, which only the exact incremental
+        encoder renders (see ``strands_tito.providers.prompt``).
+        """
+        return format_messages(messages, system_prompt)
+
+    def format_tool_specs(self, tool_specs: list[ToolSpec]) -> list[dict[str, Any]]:
+        """Tool specs in the chat template's function form (strands-sglang 0.6's helper; not an extension point)."""
+        return format_tool_specs(tool_specs) or []
+
     async def _check_images_supported(self) -> None:
         # /model_info is asked once (cached on success), before the first request that carries images.
         if not await self.client.is_multimodal():
@@ -156,10 +174,15 @@ class SGLangModel(TokenModel):
             )
         # Input logprobs start one token before the new prompt: SGLang reports null for the first position, and
         # prefix-cache reuse is capped at this value, so it must not be 0 on later turns. The first turn asks for
-        # none (-1), which keeps the shared system prompt cacheable across rollouts. With images SGLang counts
-        # positions after expanding each placeholder, which the client cannot know: no input logprobs (-1 also
-        # leaves the whole prompt cacheable).
-        logprob_start = request.recorded - 1 if request.recorded and not images else -1
+        # none (-1), which keeps the shared system prompt cacheable across rollouts, unless first_prompt_logprobs
+        # asks for them all (0). With images SGLang counts positions after expanding each placeholder, which the
+        # client cannot know: no input logprobs (-1 also leaves the whole prompt cacheable).
+        if images:
+            logprob_start = -1
+        elif request.recorded:
+            logprob_start = request.recorded - 1
+        else:
+            logprob_start = 0 if self.config.get("first_prompt_logprobs", False) else -1
         want_top_p = request.record and bool(self.config.get("return_top_p", False))
         sampling_params = request.sampling_params
         if want_top_p:
@@ -192,6 +215,10 @@ class SGLangModel(TokenModel):
 
     def _structured_output_params(self, schema: dict[str, Any]) -> dict[str, Any]:
         return {"json_schema": json.dumps(schema)}
+
+
+#: The configuration type (also ``SGLangModel.SGLangConfig``, where strands-sglang 0.6 had it).
+SGLangConfig = SGLangModel.SGLangConfig
 
 
 #: Where slime's SGLang patch puts the top-p sets, and the older names slime also reads (slime/utils/types.py).

@@ -15,11 +15,11 @@ both live in :mod:`~strands_tito.providers.generation`, re-exported here).
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import logging
 import os
+import re
 import threading
 import warnings
 import weakref
@@ -49,7 +49,9 @@ from strands_tito.providers.generation import (
 )
 from strands_tito.providers.prompt import PromptEncoder
 from strands_tito.providers.reasoning import split_harmony, split_reasoning
+from strands_tito.providers.rejected_call import RejectedToolCall
 from strands_tito.providers.tool_parsers import (
+    UNKNOWN_TOOL_NAME,
     HermesToolParser,
     ToolCall,
     ToolParser,
@@ -60,7 +62,6 @@ from strands_tito.providers.tool_parsers import (
 from strands_tito.trajectory import Trajectory, TrajectoryError
 
 __all__ = [
-    "INVALID_TOOL_NAME",
     "STATE_KEY",
     "Generation",
     "GenerationRequest",
@@ -80,8 +81,8 @@ T = TypeVar("T", bound=BaseModel)
 
 #: Key of the per-agent state in the ``model_state`` Strands keeps for each agent (shared by all providers).
 STATE_KEY = "strands_tito"
-#: Name given to a malformed tool call, one no tool can have.
-INVALID_TOOL_NAME = "invalid_tool_call"
+#: Tool names Strands accepts (``strands.tools.tools.validate_tool_use_name``).
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_\-]{1,64}")
 #: Creation order of per-agent states (``rollout_history`` keeps finished trajectories in that order).
 _STATE_ORDER = itertools.count()
 
@@ -196,7 +197,17 @@ class TokenModel(Model):
         """Update configuration keys; a key the provider's config type does not define warns (and is kept)."""
         warn_unknown_config_keys(model_config, self.config_type)
         self.config.update(model_config)
-        self._prompts = PromptEncoder(self.tokenizer, enable_thinking=self.config.get("enable_thinking"))
+        self._prompt_encoder: PromptEncoder | None = None
+        if isinstance(self.tokenizer, PreTrainedTokenizerBase):
+            self._prompt_encoder = self._prompts  # a template the encoder cannot follow fails here, not mid-rollout
+
+    @property
+    def _prompts(self) -> PromptEncoder:
+        # Built on first use for a tokenizer that is not a Hugging Face one (a test double: strands-env's tests
+        # build the model with a MagicMock and never render a prompt).
+        if self._prompt_encoder is None:
+            self._prompt_encoder = PromptEncoder(self.tokenizer, enable_thinking=self.config.get("enable_thinking"))
+        return self._prompt_encoder
 
     def get_config(self) -> Any:
         """Return the configuration."""
@@ -223,6 +234,11 @@ class TokenModel(Model):
     def routed_experts(self) -> list[str]:
         """Per-turn base64 routed-expert slices of :attr:`trajectory`."""
         return self._last_state.trajectory.routed_experts
+
+    @property
+    def processed_messages(self) -> int:
+        """How many of the agent's messages :attr:`trajectory` holds (strands-sglang 0.6's message cursor)."""
+        return self._last_state.cursor
 
     @property
     def tool_parse_errors(self) -> dict[str, int]:
@@ -350,11 +366,9 @@ class TokenModel(Model):
         """The calling agent's state (now :attr:`trajectory`); hooks the agent once to cancel malformed calls."""
         state = self._state(model_state)
         self._last_state = state
-        agent = (invocation_state or {}).get("agent")
-        if agent is not None and state.agent_name is None:
-            state.agent_id, state.agent_name = _str_or_none(agent, "agent_id"), _str_or_none(agent, "name")
+        state.note_agent(agent := (invocation_state or {}).get("agent"))
         if agent is not None and agent not in self._hooked_agents:
-            agent.add_hook(self._cancel_malformed_call, BeforeToolCallEvent)
+            agent.add_hook(self._reject_malformed_call, BeforeToolCallEvent)
             self._hooked_agents.add(agent)
         return state
 
@@ -459,9 +473,7 @@ class TokenModel(Model):
             image_token_id=self._image_token_id() if turn.image_data else None,
             model_id=self.config.get("model_id"),
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
-            routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
-            agent_id=state.agent_id,
-            agent_name=state.agent_name,
+            agent=state,
         )
         return calls, reasoning, answer
 
@@ -510,25 +522,27 @@ class TokenModel(Model):
         return None if token is None else self._prompts.token_id(token)
 
     def _tool_use_events(self, state: _AgentState, call: ToolCall) -> list[StreamEvent]:
-        name = call.name
+        # A malformed call keeps the name the model wrote, so per-tool metrics (Strands' and strands-env's
+        # parse_errors) count it under that tool; the agent's hook cancels it before it runs (the model sees why).
+        # A name Strands would refuse before the hook runs is reported as UNKNOWN_TOOL_NAME.
+        name = call.name if _TOOL_NAME.fullmatch(call.name) else UNKNOWN_TOOL_NAME
         if call.error is not None:
-            label = call.name or "unknown"
-            state.tool_parse_errors[label] = state.tool_parse_errors.get(label, 0) + 1
+            state.tool_parse_errors[name] = state.tool_parse_errors.get(name, 0) + 1
             self._malformed_calls[call.id] = (
                 f"Invalid tool call: {call.error}. The call was not executed.\nRaw tool call text: {call.raw}"
             )
-            # A name no tool can have: even without the cancelling hook the call can never run with made-up input.
-            name = INVALID_TOOL_NAME
         return [
             {"contentBlockStart": {"start": {"toolUse": {"toolUseId": call.id, "name": name}}}},
             {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(call.input)}}}},
             {"contentBlockStop": {}},
         ]
 
-    def _cancel_malformed_call(self, event: BeforeToolCallEvent) -> None:
+    def _reject_malformed_call(self, event: BeforeToolCallEvent) -> None:
         message = self._malformed_calls.pop(str(event.tool_use.get("toolUseId")), None)
         if message is not None:
-            event.cancel_tool = message
+            # Stands in for the tool, so Strands records a failed call of it (its per-tool metrics, which
+            # strands-env reads) while nothing of the tool runs.
+            event.selected_tool = RejectedToolCall(event.tool_use["name"], message)
 
     async def structured_output(
         self, output_model: type[T], prompt: Messages, system_prompt: str | None = None, **kwargs: Any
@@ -584,8 +598,3 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 def _plain_text(message: Any) -> str:
     return "".join(block["text"] for block in message["content"] if "text" in block)
-
-
-def _str_or_none(agent: Any, name: str) -> str | None:
-    value = getattr(agent, name, None)
-    return value if isinstance(value, str) and value else None

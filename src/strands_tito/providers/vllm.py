@@ -67,11 +67,6 @@ Endpoint = Literal["auto", "generate", "completions"]
 _ENDPOINTS: tuple[str, ...] = ("auto", "generate", "completions")
 # vLLM's 400 messages for prompts that do not fit (v0.32: the tokens endpoint's renderer, the OpenAI endpoints and
 # get_max_tokens); the SGLang markers of TokenClient cover "maximum context length" already.
-_CONTEXT_MARKERS = (
-    "maximum context length",
-    "longer than the maximum model length",
-    "exceeds model's maximum context length",
-)
 _TOKEN_ID_PREFIX = "token_id:"
 
 
@@ -132,18 +127,17 @@ class VLLMClient(TokenClient):
             return await super().request_json(method, path, payload)
         except ServerHTTPError as e:
             body = e.body
-            context = e.status == 400 and any(marker in body.lower() for marker in _CONTEXT_MARKERS)
-            if context or isinstance(e, ContextLengthError):
+            if isinstance(e, ContextLengthError):
                 raise ContextLengthError(
-                    e.status,
-                    body,
                     f"vLLM returned HTTP 400 on {path}: the prompt does not fit the context window "
                     f"(the server's --max-model-len): {body[:500]}",
+                    status=e.status,
+                    body=body,
                 ) from e
             message = f"vLLM returned HTTP {e.status} on {path}: {body[:500]}"
             if e.status == 404 and '"model"' in body and "does not exist" in body:
                 message += " (set model_id= to a name the server serves: vllm serve --served-model-name)"
-            raise type(e)(e.status, body, message) from e
+            raise type(e)(message, status=e.status, body=body) from e
 
     async def post(
         self, path: str, payload: dict[str, Any], cancel_signal: threading.Event | None = None
@@ -262,10 +256,10 @@ class VLLMModel(TokenModel):
                     raise
                 if self.config.get("endpoint", "auto") == "generate":
                     raise VLLMEndpointError(
-                        e.status,
-                        e.body,
                         f"vLLM refused {GENERATE_PATH} (HTTP {e.status}): start the server with --enable-scale-out "
                         f"(or --tokens-only), or use endpoint='completions' or 'auto'. Server said: {e.body[:300]}",
+                        status=e.status,
+                        body=e.body,
                     ) from e
                 logger.warning(
                     "status=<%d> | vLLM has no %s (start it with --enable-scale-out); using %s with token-id prompts",

@@ -1,9 +1,11 @@
 """Choosing a parser from a tokenizer (``tool_parser="auto"``), and warning about another format's markup.
 
 Detection reads the tokenizer's chat template first: each format has marks that only its family's templates write
-(checked against the real templates of each family, ``strands_tito.chat_templates``). When the template
-says nothing (no template, or one without tool support), the tokenizer's added special tokens decide. When neither
-names exactly one parser, :class:`ToolParserDetectionError` lists the parsers so the caller can pick one.
+(checked against the real templates of each family, ``strands_tito.chat_templates``). Auto never guesses: a template
+that writes tool calls in a format none of the parsers reads (DeepSeek-R1's, say, whose tokenizer shares
+DeepSeek-V3.1's special tokens) is refused, and the error shows how it writes a call. Only when the template writes
+no tool calls at all (no template, or one without tool support) do the tokenizer's added special tokens decide. When
+neither names exactly one parser, :class:`ToolParserDetectionError` lists the parsers so the caller can pick one.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
+
+from transformers.utils.chat_template_utils import render_jinja_template
 
 from strands_tito.errors import StrandsTitoError
 from strands_tito.providers.tool_parsers.base import ToolParser
@@ -70,6 +74,38 @@ def _special_tokens(tokenizer: Any) -> set[str]:
     return tokens
 
 
+_PROBE_TOOL = "tito_probe_tool"
+# Nine alphanumerics: Mistral's templates refuse any other call id.
+_PROBE_CALL_ID = "c00000000"
+_PROBE_USER = "tito-probe-user"
+
+
+def rendered_call(template: str) -> str | None:
+    """How ``template`` writes an assistant's tool call (the text around a probe call), None if it writes none.
+
+    The call is tried with its arguments as a mapping and as JSON text (templates want one or the other).
+    """
+    tool = {
+        "type": "function",
+        "function": {"name": _PROBE_TOOL, "description": "", "parameters": {"type": "object", "properties": {}}},
+    }
+    for arguments in ({"a": 1}, '{"a": 1}'):
+        call = {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": _PROBE_TOOL, "arguments": arguments}}
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": _PROBE_USER},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": _PROBE_TOOL, "content": "R"},
+        ]
+        try:
+            text = render_jinja_template([messages], tools=[tool], chat_template=template)[0][0]
+        except Exception:  # this argument form is refused, or the template needs what the probe lacks
+            continue
+        # The tools list names the probe tool too: look after the user's message.
+        position = text.find(_PROBE_TOOL, max(text.find(_PROBE_USER), 0))
+        return None if position == -1 else text[max(0, position - 60) : position + 60]
+    return None
+
+
 def detect_tool_parser(tokenizer: Any, known: Iterable[str] | None = None) -> str:
     """The registry name of the parser for the tokenizer's model (its chat template, then its special tokens).
 
@@ -81,6 +117,11 @@ def detect_tool_parser(tokenizer: Any, known: Iterable[str] | None = None) -> st
     by_template = [name for name, test in _TEMPLATE_MARKS.items() if template and test(template)]
     if len(by_template) == 1:
         return by_template[0]
+    if not by_template and template and (written := rendered_call(template)) is not None:
+        raise ToolParserDetectionError(
+            f"cannot choose a tool parser for this tokenizer: its chat template writes tool calls as {written!r}, a "
+            f"format none of the parsers {names} reads; pass tool_parser= a parser for it"
+        )
     tokens = _special_tokens(tokenizer)
     by_tokens = [name for name, marks in _TOKEN_MARKS.items() if all(mark in tokens for mark in marks)]
     if not by_template and len(by_tokens) == 1:
@@ -93,8 +134,18 @@ def detect_tool_parser(tokenizer: Any, known: Iterable[str] | None = None) -> st
 
 
 def foreign_markup(parser: ToolParser, text: str, parsers: Iterable[type[ToolParser]]) -> list[str]:
-    """Names of the other formats whose call markup ``text`` contains (empty for the parser's own format)."""
-    return [other.name for other in parsers if other.name != parser.name and other.markup.search(text) is not None]
+    """Names of the other formats whose parser reads a well-formed call in ``text`` (empty for the parser's own).
+
+    Markup that merely looks like another format's (Seed-OSS's ``<function=...>`` inside ``<seed:tool_call>``, which
+    ``qwen_xml`` does not read) names no format: a parser is recommended only if it would run the call.
+    """
+    return [
+        other.name
+        for other in parsers
+        if other.name != parser.name
+        and other.markup.search(text) is not None
+        and any(call.error is None for call in other().parse(text))
+    ]
 
 
 def warn_foreign_markup(parser: ToolParser, text: str, parsers: Iterable[type[ToolParser]]) -> list[str]:
