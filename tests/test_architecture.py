@@ -21,6 +21,7 @@ SOURCE_ROOTS = [ROOT / "src", ROOT / "collector", ROOT / "exporters"]
 #: Modules of the bottom layer: plain data, the span codec, the assembler. They import no framework.
 BOTTOM = {
     "strands_tito.errors",
+    "strands_tito.checks",
     "strands_tito.trajectory",
     "strands_tito.trajectory_fields",
     "strands_tito.prompt_ids",

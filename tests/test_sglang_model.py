@@ -480,3 +480,22 @@ async def test_structured_output_uses_json_schema(start_engine, qwen3) -> None: 
     schema = record.request["sampling_params"]["json_schema"]
     assert isinstance(schema, str) and json.loads(schema) == Answer.model_json_schema()
     assert model.token_manager.token_ids == []
+
+
+async def test_first_prompt_logprobs_are_recorded_when_asked(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    engine = start_engine(Script(turns=[Reply(text="Hello!")]), Script(turns=[Reply(text="Hello!")]))
+    default = make_model(engine, qwen3)
+    await make_agent(default).invoke_async("Hi")
+    asked = make_model(engine, qwen3, first_prompt_logprobs=True)
+    await make_agent(asked).invoke_async("Hi")
+    off, on = generate_records(engine)
+    # Off (the default) the first request asks for none, which keeps the shared prefix cacheable ...
+    assert off.request["logprob_start_len"] == -1
+    assert set(default.trajectory.logprobs[: default.trajectory.initial_prompt_length]) == {None}
+    # ... on, it asks from position 0 as strands-sglang 0.6 does, and records what the server answered.
+    assert on.request["logprob_start_len"] == 0
+    prompt = asked.trajectory.initial_prompt_length
+    served = [entry[0] for entry in on.response["meta_info"]["input_token_logprobs"]]
+    assert len(served) == prompt and served[0] is None and None not in served[1:]
+    assert asked.trajectory.logprobs[:prompt] == served
+    assert_matches_engine(asked.trajectory, [on])

@@ -56,9 +56,10 @@ def assert_same(loaded: Trajectory, original: Trajectory) -> None:
 
 # -- trajectories built by the model's path and by hand, mixed --------------------------------------------------------
 
-_logprob = st.one_of(
-    st.none(), st.floats(allow_nan=False, allow_infinity=True, width=64), st.sampled_from([-math.inf, 0.0, -0.0])
-)
+# What strands_tito.checks accepts: finite values that stay finite as float32; a generated token's logprob is never
+# missing beside real ones (a prompt token's may be).
+_output_logprob = st.one_of(st.floats(-3.4e38, 3.4e38, width=64), st.sampled_from([0.0, -0.0]))
+_logprob = st.one_of(st.none(), _output_logprob)
 
 
 @st.composite
@@ -71,7 +72,9 @@ def trajectories(draw: st.DrawFn) -> Trajectory:
         output = draw(ids)
         images = [image(i) for i in range(draw(st.integers(0, 2)))] if prompt else []
         prompt_logprobs = draw(st.one_of(st.none(), st.lists(_logprob, min_size=len(prompt), max_size=len(prompt))))
-        output_logprobs = draw(st.one_of(st.none(), st.lists(_logprob, min_size=len(output), max_size=len(output))))
+        output_logprobs = draw(
+            st.one_of(st.none(), st.lists(_output_logprob, min_size=len(output), max_size=len(output)))
+        )
         turn_start = t.turns[-1].output_start + t.turns[-1].output_length if t.turns else 0
         rows = len(t) - turn_start + len(prompt) + len(output) - (0 if turn_start else 1)
         experts = routing(rows, offset=len(t)) if draw(st.booleans()) else None

@@ -35,10 +35,12 @@ if TYPE_CHECKING:
         RequestCancelledError,
         ServerConnectionError,
         ServerHTTPError,
+        ServerUnreachableError,
         StrandsTitoError,
         ThrottledError,
     )
     from strands_tito.providers.client import (
+        RetryPolicy,
         SGLangCancelledError,
         SGLangClient,
         SGLangClientError,
@@ -89,6 +91,7 @@ if TYPE_CHECKING:
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
     "record_reward": "capture.recorder",
+    "RetryPolicy": "providers.client",
     "SGLangCancelledError": "providers.client",
     "SGLangClient": "providers.client",
     "SGLangClientError": "providers.client",
@@ -104,6 +107,7 @@ _EXPORTS: dict[str, str] = {
     "RequestCancelledError": "errors",
     "ServerConnectionError": "errors",
     "ServerHTTPError": "errors",
+    "ServerUnreachableError": "errors",
     "StrandsTitoError": "errors",
     "ThrottledError": "errors",
     "LoopLimitReachedError": "providers.limiter",
@@ -177,6 +181,7 @@ __all__ = [
     "QwenXMLToolParser",
     "ReplyDecodingError",
     "RequestCancelledError",
+    "RetryPolicy",
     "Rollout",
     "SGLangAbortedError",
     "SGLangCancelledError",
@@ -193,6 +198,7 @@ __all__ = [
     "Segment",
     "ServerConnectionError",
     "ServerHTTPError",
+    "ServerUnreachableError",
     "StrandsTitoError",
     "ThrottledError",
     "TokenClient",

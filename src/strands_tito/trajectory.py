@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import math
 import re
 import sys
 import uuid
@@ -17,12 +16,14 @@ import zlib
 from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import orjson
 from numpy.typing import NDArray
 
+from strands_tito import checks
+from strands_tito.checks import FinishReason as FinishReason  # the trajectory's name for it since 0.1
 from strands_tito.errors import StrandsTitoError
 from strands_tito.prompt_ids import PromptIds
 from strands_tito.replay import check_routing_layout, check_top_p, decode_routed_experts, routing_npy, top_p_rows
@@ -33,17 +34,9 @@ if TYPE_CHECKING:
 
     from strands_tito.trajectory_fields import TrajectoryFields
 
-FinishReason = Literal["stop", "length", "abort"]
 #: What an image of a trajectory must look like: a base64 data URL of an image type (what SGLang's ``image_data``
 #: takes and what a trainer decodes without fetching anything).
 _DATA_URL = re.compile(r"data:image/[A-Za-z0-9.+-]+;base64,[A-Za-z0-9+/]+={0,2}")
-
-
-#: Up to this many values, a turn's ids and logprobs are checked and packed without numpy.
-_SMALL = 64
-_NAN = float("nan")
-_NAN_F4 = np.array([_NAN], dtype="<f4").tobytes()
-_FLOAT_OR_NONE = frozenset({float, type(None)})
 
 
 class TrajectoryError(StrandsTitoError, ValueError):
@@ -115,90 +108,14 @@ class Turn:
 
 
 def _check_logprobs(
-    name: str, logprobs: Sequence[float | None] | None, expected: int
+    name: str, logprobs: Sequence[float | None] | None, expected: int, missing: checks.Missing
 ) -> tuple[list[float | None], bytes]:
-    """Validated logprobs, and the same as little-endian float32 bytes (NaN where None)."""
+    """Validated logprobs (:func:`strands_tito.checks.logprobs`), and the same as little-endian float32 bytes."""
     if logprobs is None:
         return [None] * expected, np.full(expected, np.nan, dtype="<f4").tobytes()
-    values = list(logprobs)
-    if len(values) != expected:
-        raise TrajectoryError(f"{name}: {len(values)} logprobs for {expected} tokens")
-    if len(values) <= _SMALL and all(type(v) is float or v is None for v in values):
-        return _check_small_logprobs(name, values)
-    floats_only = set(map(type, values)) <= _FLOAT_OR_NONE
-    packed = _pack_float_logprobs(values) if floats_only else None
-    if packed is not None:
-        return values, packed
-    missing = values.count(None)
-    try:
-        doubles = np.array(values, dtype=np.float64)  # None becomes NaN
-    except (TypeError, ValueError):
-        raise TrajectoryError(f"{name}: a logprob is not a number") from None
-    if doubles.ndim != 1 or int(np.isnan(doubles).sum()) != missing:
-        raise TrajectoryError(f"{name}: a logprob is NaN or not a number")
-    with np.errstate(over="ignore"):  # beyond float32's range is -inf there, as array("f") and the spans have it
-        packed = doubles.astype("<f4").tobytes()
-    if floats_only:  # keep the float objects the reply already has
-        return values, packed
-    checked: list[float | None] = doubles.tolist()
-    if missing:  # the NaNs are exactly the Nones
-        for i in np.flatnonzero(np.isnan(doubles)).tolist():
-            checked[i] = None
-    return checked, packed
-
-
-def _pack_float_logprobs(values: list[float | None]) -> bytes | None:
-    """Float32 bytes of ``values`` (floats and Nones only) if no value is NaN and no None but the first; else None.
-
-    The reply of a turn that brings in a long tool result has this shape (SGLang reports no logprob for the first new
-    prompt position). Two C-level passes: ``array("f")`` (which refuses a later None) and ``sum``, which is NaN if a
-    value is NaN; an inf and a -inf also give NaN, and :func:`_check_logprobs` then decides.
-    """
-    if not values:
-        return None
-    first_missing = values[0] is None
-    floats = cast("list[float]", values[1:] if first_missing else values)  # until array("f") finds a None
-    try:
-        packed = array("f", floats)
-    except TypeError:  # another None
-        return None
-    if math.isnan(sum(floats)):
-        return None
-    return (_NAN_F4 if first_missing else b"") + _little_endian(packed)
-
-
-def _check_ids(name: str, ids: Sequence[int]) -> tuple[list[int], bytes]:
-    """Validated token IDs, and the same as little-endian int32 bytes."""
-    checked = list(ids)
-    try:
-        packed = array("i", checked)  # C-speed check: refuses floats, strings, None and out-of-range values
-    except (TypeError, OverflowError):
-        raise TrajectoryError(f"{name}: token ids must be int32 integers") from None
-    if packed.itemsize != 4:
-        raise TrajectoryError("this platform has no 4-byte C int")
-    if len(checked) <= _SMALL:
-        if checked and min(checked) < 0:
-            raise TrajectoryError(f"{name}: token ids must be non-negative")
-        return checked, _little_endian(packed)
-    values = np.frombuffer(packed, dtype=np.int32)
-    if values.size and values.min() < 0:
-        raise TrajectoryError(f"{name}: token ids must be non-negative")
-    return checked, values.astype("<i4", copy=False).tobytes()
-
-
-def _check_small_logprobs(name: str, values: list[float | None]) -> tuple[list[float | None], bytes]:
-    """:func:`_check_logprobs` for a few floats and Nones: the same result without numpy (a turn's output and the
-    new prompt after a tool call are usually this short, and numpy's set-up costs more than the check)."""
-    if any(v != v for v in values):  # NaN is the only float not equal to itself
-        raise TrajectoryError(f"{name}: a logprob is NaN or not a number")
-    return values, _little_endian(array("f", [_NAN if v is None else v for v in values]))
-
-
-def _little_endian(packed: array[Any]) -> bytes:
-    if sys.byteorder == "big":
-        packed = array(packed.typecode, packed)
-        packed.byteswap()
-    return packed.tobytes()
+    if len(logprobs) != expected:
+        raise TrajectoryError(f"{name}: {len(logprobs)} logprobs for {expected} tokens")
+    return checks.logprobs(logprobs, name, TrajectoryError, missing=missing)
 
 
 class _CheckedTurn(NamedTuple):
@@ -348,16 +265,16 @@ class Trajectory:
         top_p: tuple[Sequence[int], Sequence[int]] | None = None,
     ) -> _CheckedTurn:
         """The validation half of :meth:`append_turn`: checks everything and changes nothing."""
-        prompt, prompt_packed = _check_ids("prompt_ids", prompt_ids)
-        output, output_packed = _check_ids("output_ids", output_ids)
+        prompt, prompt_packed = checks.token_ids(prompt_ids, "prompt_ids", TrajectoryError)
+        output, output_packed = checks.token_ids(output_ids, "output_ids", TrajectoryError)
         if not self.segments and not prompt:
             raise TrajectoryError("the first turn must start with a non-empty prompt")
         if not output:
             raise TrajectoryError("the model produced no tokens; nothing to record")
-        p_logprobs, p_packed = _check_logprobs("prompt_logprobs", prompt_logprobs, len(prompt))
-        o_logprobs, o_packed = _check_logprobs("output_logprobs", output_logprobs, len(output))
-        if finish_reason not in ("stop", "length", "abort"):
-            raise TrajectoryError(f"unknown finish_reason {finish_reason!r}")
+        p_logprobs, p_packed = _check_logprobs("prompt_logprobs", prompt_logprobs, len(prompt), "anywhere")
+        # A generated token's logprob is never missing while the turn's others are there (it would be training data).
+        o_logprobs, o_packed = _check_logprobs("output_logprobs", output_logprobs, len(output), "all_or_none")
+        checks.finish_reason(finish_reason, "finish_reason", TrajectoryError)
         start = len(self.token_ids)
         if prompt_tokens is not None and prompt_tokens != start + len(prompt):
             raise TrajectoryError(
@@ -462,8 +379,8 @@ class Trajectory:
         Raises:
             TrajectoryError: The ids or logprobs are invalid; nothing is added.
         """
-        ids, ids_packed = _check_ids("token_ids", token_ids)
-        checked, packed = _check_logprobs("logprobs", logprobs, len(ids))
+        ids, ids_packed = checks.token_ids(token_ids, "token_ids", TrajectoryError)
+        checked, packed = _check_logprobs("logprobs", logprobs, len(ids), "anywhere")
         self._extend(ids, ids_packed, checked, packed, False)
 
     def add_response(self, token_ids: Sequence[int], logprobs: Sequence[float | None] | None = None) -> None:
@@ -503,14 +420,10 @@ class Trajectory:
             raw = base64.b64decode(encoded, validate=True)
         except ValueError as e:
             raise TrajectoryError(f"routed_experts is not valid base64: {e}") from e
-        rows = new_tokens if start else new_tokens - 1
         if layout is not None:
-            check_routing_layout(raw, rows, layout, TrajectoryError)
+            check_routing_layout(raw, new_tokens if start else new_tokens - 1, layout, TrajectoryError)
             return
-        if rows <= 0:
-            return
-        if len(raw) % (4 * rows):
-            raise TrajectoryError(f"routed_experts has {len(raw)} bytes, not a whole number of rows for {rows} tokens")
+        checks.routed_expert_rows(raw, start, new_tokens, "routed_experts", TrajectoryError)
 
     def prompt_ids(self, new_ids: list[int]) -> PromptIds:
         """The next request's whole prompt: ``token_ids`` followed by ``new_ids``, ``token_ids`` not copied."""

@@ -20,9 +20,12 @@ from strands.types.content import Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
+from strands_tito import checks
+from strands_tito.checks import Missing
 from strands_tito.providers.client import SGLangClient, TokenClient
+from strands_tito.providers.generation import InvalidSampleError
 from strands_tito.providers.prompt import format_messages, format_tool_specs
-from strands_tito.providers.reply_checks import is_token_id_list, triple_logprobs
+from strands_tito.providers.reply_checks import triple_logprobs
 from strands_tito.providers.token_model import (
     STATE_KEY,
     Generation,
@@ -42,6 +45,7 @@ __all__ = [
     "ImagesNotSupportedError",
     "SGLangAbortedError",
     "SGLangConfig",
+    "SGLangInvalidSampleError",
     "SGLangModel",
     "SGLangResponseError",
 ]
@@ -52,6 +56,16 @@ class SGLangResponseError(TokenResponseError):
 
     Nothing from the reply is recorded.
     """
+
+
+class SGLangInvalidSampleError(SGLangResponseError, InvalidSampleError):
+    """A ``null`` logprob (SGLang's JSON for NaN or infinity) where the turn needs one, or SGLang's ``"NaN happened"``
+    stop: the turn is refused, nothing is recorded (see :class:`~strands_tito.providers.generation.InvalidSampleError`).
+    """
+
+
+#: SGLang's stop for a sampled id outside the vocabulary (``schedule_batch.py`` ``_check_vocab_boundary_finish``).
+NAN_STOP = "NaN happened"
 
 
 class SGLangAbortedError(TokenAbortedError):
@@ -237,7 +251,7 @@ def _int32_values(value: Any, where: str) -> list[int]:
             raise SGLangResponseError(f"meta_info.{where} is not whole int32 values")
         values: list[int] = np.frombuffer(raw, dtype="<i4").tolist()
         return values
-    if is_token_id_list(value):
+    if checks.is_token_id_list(value):
         return value
     raise SGLangResponseError(f"meta_info.{where} is neither base64 int32 nor a list of ints")
 
@@ -260,8 +274,10 @@ def _top_p_sets(meta: dict[str, Any], outputs: int) -> tuple[list[int], list[int
     return ids, offsets
 
 
-def _logprob_entries(entries: Any, expected_ids: Sequence[int], where: str) -> list[float | None]:
-    return triple_logprobs(entries, expected_ids, where, SGLangResponseError)
+def _logprob_entries(entries: Any, expected_ids: Sequence[int], where: str, missing: Missing) -> list[float | None]:
+    return triple_logprobs(
+        entries, expected_ids, where, SGLangResponseError, missing=missing, value_error=SGLangInvalidSampleError
+    )
 
 
 def _checked_header(raw: dict[str, Any], sent: int, expanded: bool) -> tuple[list[int], dict[str, Any], dict[str, Any]]:
@@ -271,9 +287,15 @@ def _checked_header(raw: dict[str, Any], sent: int, expanded: bool) -> tuple[lis
     if not isinstance(meta, dict):
         raise SGLangResponseError("/generate reply has no meta_info object")
     finish = meta.get("finish_reason")
-    if not isinstance(finish, dict) or finish.get("type") not in ("stop", "length", "abort"):
-        raise SGLangResponseError(f"/generate reply has an unknown finish_reason {finish!r}")
-    if not is_token_id_list(output_ids):
+    if not isinstance(finish, dict):
+        raise SGLangResponseError(f"/generate reply has an unknown finish_reason {finish!r:.200}")
+    checks.finish_reason(finish.get("type"), "/generate reply", SGLangResponseError)
+    if finish.get("matched") == NAN_STOP:
+        raise SGLangInvalidSampleError(
+            "/generate reply stopped with 'NaN happened': the server sampled an id outside the vocabulary and "
+            "replaced it with a stop token, so the turn's last token was never sampled by the model"
+        )
+    if not checks.is_token_id_list(output_ids):
         raise SGLangResponseError("/generate reply has no output_ids list of token ids")
     if finish["type"] != "abort":
         if not output_ids:
@@ -306,12 +328,14 @@ def _parse_reply(
 
     output_logprobs = prompt_logprobs = None
     if want_logprobs and finish_type != "abort":
-        output_logprobs = _logprob_entries(meta.get("output_token_logprobs"), output_ids, "output_token_logprobs")
+        output_logprobs = _logprob_entries(
+            meta.get("output_token_logprobs"), output_ids, "output_token_logprobs", "never"
+        )
         if logprob_start >= 0:
             entries = meta.get("input_token_logprobs")
             expected = list(input_ids[logprob_start:])
             # Keep only the new prompt tokens; the first entry (null by protocol) is an already recorded token.
-            prompt_logprobs = _logprob_entries(entries, expected, "input_token_logprobs")[-new_prompt:]
+            prompt_logprobs = _logprob_entries(entries, expected, "input_token_logprobs", "first")[-new_prompt:]
 
     routed = None
     if want_routed and finish_type != "abort":

@@ -15,15 +15,14 @@ both live in :mod:`~strands_tito.providers.generation`, re-exported here).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
-import os
 import re
 import threading
-import warnings
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
@@ -37,8 +36,15 @@ from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.capture.recorder import AgentState, end_trajectory, record_turn
-from strands_tito.errors import ContextLengthError, GenerationError, RequestCancelledError, ThrottledError
+from strands_tito.errors import (
+    ContextLengthError,
+    GenerationError,
+    RequestCancelledError,
+    ServerUnreachableError,
+    ThrottledError,
+)
 from strands_tito.providers.client import TokenClient
+from strands_tito.providers.config_keys import warn_unknown_config_keys
 from strands_tito.providers.generation import (
     Generation,
     GenerationRequest,
@@ -72,7 +78,6 @@ __all__ = [
     "TokenResponseError",
     "check_token_ids",
     "finite_logprob",
-    "warn_unknown_config_keys",
 ]
 
 logger = logging.getLogger(__name__)
@@ -315,6 +320,8 @@ class TokenModel(Model):
             return cast(int, limit)
         try:
             return await self.client.max_model_len()
+        except ServerUnreachableError:
+            raise  # the generation would wait out the same window again
         except GenerationError as e:
             logger.warning("error=<%s> | could not read the context length; will ask again next turn", e)
             return None
@@ -411,15 +418,23 @@ class TokenModel(Model):
         return request, prompt_ids
 
     async def _send(self, request: GenerationRequest) -> Generation | None:
-        """The provider's reply, None if the caller cancelled; context and throttling errors become Strands'."""
-        try:
-            return await self._generate(request)
-        except RequestCancelledError:
-            return None
-        except ContextLengthError as e:
-            raise ContextWindowOverflowException(str(e)) from e
-        except ThrottledError as e:
-            raise ModelThrottledException(str(e)) from e
+        """The reply (a server abort sent again if ``client.retry.retry_aborted``), None if the caller cancelled."""
+        policy = self.client.retry
+        attempt = 0
+        while True:
+            try:
+                reply = await self._generate(request)
+            except RequestCancelledError:
+                return None
+            except ContextLengthError as e:
+                raise ContextWindowOverflowException(str(e)) from e
+            except ThrottledError as e:
+                raise ModelThrottledException(str(e)) from e
+            if reply.finish_reason != "abort" or not policy.retry_aborted or attempt >= policy.max_retries:
+                return reply
+            logger.warning("attempt=<%d> | the server aborted the generation; sending it again", attempt + 1)
+            await asyncio.sleep(policy.delay(attempt))
+            attempt += 1
 
     def _record(
         self,
@@ -566,34 +581,10 @@ class TokenModel(Model):
             record=False,
             image_data=images,
         )
-        try:
-            reply = await self._generate(request)
-        except ContextLengthError as e:
-            raise ContextWindowOverflowException(str(e)) from e
-        except ThrottledError as e:
-            raise ModelThrottledException(str(e)) from e
-        if reply.finish_reason == "abort":
+        reply = await self._send(request)
+        if reply is None or reply.finish_reason == "abort":
             raise self.aborted_error("structured output generation aborted by the server")
         yield {"output": output_model.model_validate_json(reply.text)}
-
-
-def warn_unknown_config_keys(config: Mapping[str, Any], config_type: type) -> None:
-    """Warn, naming them and the valid keys, about configuration keys ``config_type`` (a ``TypedDict``) lacks.
-
-    Like Strands' own providers, an unknown key is only warned about (and kept): a typo such as ``sampling_param``
-    would otherwise be silently ignored. The warning points at the caller's line, outside strands-tito.
-    """
-    valid = set(getattr(config_type, "__required_keys__", ())) | set(getattr(config_type, "__optional_keys__", ()))
-    unknown = sorted(set(config) - valid)
-    if unknown:
-        warnings.warn(
-            f"unknown {config_type.__name__} key(s) {unknown}; valid keys are {sorted(valid)}",
-            UserWarning,
-            skip_file_prefixes=(_PACKAGE_DIR,),
-        )
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _plain_text(message: Any) -> str:
