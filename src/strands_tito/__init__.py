@@ -64,6 +64,7 @@ if TYPE_CHECKING:
         ImagesNotSupportedError,
         SGLangAbortedError,
         SGLangConfig,
+        SGLangInvalidSampleError,
         SGLangModel,
         SGLangResponseError,
     )
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
         VLLMClient,
         VLLMConfig,
         VLLMEndpointError,
+        VLLMInvalidSampleError,
         VLLMModel,
         VLLMResponseError,
     )
@@ -120,6 +122,7 @@ _EXPORTS: dict[str, str] = {
     "SGLangConfig": "providers.sglang",
     "SGLangModel": "providers.sglang",
     "SGLangResponseError": "providers.sglang",
+    "SGLangInvalidSampleError": "providers.sglang",
     "get_client": "providers.slime",
     "get_client_from_slime_args": "providers.slime",
     "get_tokenizer": "providers.slime",
@@ -140,6 +143,7 @@ _EXPORTS: dict[str, str] = {
     "VLLMEndpointError": "providers.vllm",
     "VLLMModel": "providers.vllm",
     "VLLMResponseError": "providers.vllm",
+    "VLLMInvalidSampleError": "providers.vllm",
 }
 
 
@@ -186,6 +190,7 @@ __all__ = [
     "SGLangContextLengthError",
     "SGLangDecodingError",
     "SGLangHTTPError",
+    "SGLangInvalidSampleError",
     "SGLangModel",
     "SGLangResponseError",
     "SGLangThrottledError",
@@ -206,6 +211,7 @@ __all__ = [
     "VLLMClient",
     "VLLMConfig",
     "VLLMEndpointError",
+    "VLLMInvalidSampleError",
     "VLLMModel",
     "VLLMResponseError",
     "decode_routed_experts",
