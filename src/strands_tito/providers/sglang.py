@@ -18,9 +18,9 @@ from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import checks
-from strands_tito.checks import Missing
+from strands_tito.checks import Missing, WeightVersionSpan
 from strands_tito.providers.client import SGLangClient, TokenClient
-from strands_tito.providers.generation import InvalidSampleError
+from strands_tito.providers.generation import InvalidSampleError, weight_versions_of
 from strands_tito.providers.prompt import format_messages, format_tool_specs
 from strands_tito.providers.reply_checks import triple_logprobs
 from strands_tito.providers.token_model import (
@@ -249,6 +249,17 @@ def _checked_header(raw: dict[str, Any], sent: int, expanded: bool) -> tuple[lis
     return output_ids, meta, finish
 
 
+def _weight_versions(
+    meta: dict[str, Any], output_length: int, finish: FinishReason
+) -> tuple[tuple[WeightVersionSpan, ...], str | None]:
+    """Which weights sampled which output tokens (``utils/weight_versions.py:66-107``) and the last version."""
+    version = None if meta.get("weight_version") is None else str(meta["weight_version"])
+    if finish == "abort":
+        return (), version
+    where = "/generate reply's weight_versions"
+    return weight_versions_of(meta.get("weight_versions"), version, output_length, where, SGLangResponseError)
+
+
 def _parse_reply(
     raw: dict[str, Any],
     input_ids: Sequence[int],
@@ -290,6 +301,7 @@ def _parse_reply(
     text = raw.get("text")
     if not isinstance(text, str):
         raise SGLangResponseError("/generate reply has no text")
+    runs, version = _weight_versions(meta, len(output_ids), finish_type)
     latency = meta.get("e2e_latency")
     return Generation(
         output_ids=output_ids,
@@ -302,7 +314,8 @@ def _parse_reply(
         completion_tokens=len(output_ids),
         latency_s=float(latency) if isinstance(latency, int | float) else None,
         request_id=meta.get("id") if isinstance(meta.get("id"), str) else None,
-        weight_version=str(meta["weight_version"]) if meta.get("weight_version") is not None else None,
+        weight_version=version,
+        weight_versions=runs,
         routed_experts=routed,
         source="/generate",
         aborted=str(finish) if finish_type == "abort" else None,

@@ -450,6 +450,7 @@ class TokenModel(Model):
                 latency_s=reply.latency_s,
                 request_id=reply.request_id,
                 weight_version=reply.weight_version,
+                weight_versions=reply.weight_versions,
                 routed_experts=reply.routed_experts,
                 image_data=new_images,
                 image_token_id=self._image_token_id() if request.image_data else None,
