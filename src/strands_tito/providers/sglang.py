@@ -8,6 +8,7 @@ reply.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any, ClassVar, cast
@@ -19,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito import checks
 from strands_tito.checks import Missing, WeightVersionSpan
+from strands_tito.errors import GenerationError
 from strands_tito.providers.client import SGLangClient, TokenClient
 from strands_tito.providers.generation import InvalidSampleError, weight_versions_of
 from strands_tito.providers.prompt import format_messages, format_tool_specs
@@ -46,6 +48,9 @@ __all__ = [
     "SGLangModel",
     "SGLangResponseError",
 ]
+
+
+logger = logging.getLogger(__name__)
 
 
 class SGLangResponseError(TokenResponseError):
@@ -159,6 +164,18 @@ class SGLangModel(TokenModel):
     def format_tool_specs(self, tool_specs: list[ToolSpec]) -> list[dict[str, Any]]:
         """Tool specs in the chat template's function form (strands-sglang 0.6's helper; not an extension point)."""
         return format_tool_specs(tool_specs) or []
+
+    async def _context_limit(self) -> int | None:
+        # A speculative server (EAGLE, EAGLE3, MTP) reserves context for draft tokens that /v1/models does not
+        # subtract; fitting max_new_tokens to the full window would get every request refused.
+        limit = await super()._context_limit()
+        if limit is None:
+            return None
+        try:
+            return limit - await self.client.reserved_tokens()
+        except GenerationError as e:
+            logger.warning("error=<%s> | could not read /server_info; will ask again next turn", e)
+            return limit
 
     async def _check_images_supported(self) -> None:
         # /model_info is asked once (cached on success), before the first request that carries images.
