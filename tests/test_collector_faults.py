@@ -140,3 +140,50 @@ def test_a_second_collector_on_the_same_store_stops_at_once_with_one_line(tmp_pa
         assert len(lines) == 1 and "in use by another collector" in lines[0] and str(first.pid) in lines[0], lines
     finally:
         stop(first)
+
+
+def test_jsonl_rotated_during_a_failed_batch_and_moved_away(tmp_path: Path, tmpfs: Path) -> None:
+    """A batch fails (disk full), logrotate moves the file and creates a new one, the disk gets room: the batch goes
+    to the new file (no NUL padding) and the old one keeps exactly what it had (no torn line). A file moved away
+    is created again for the next batch."""
+    out = tmpfs / "out.jsonl"
+    proc, port = start(tmp_path, "--jsonl", str(out), "--log-level", "ERROR")
+    try:
+        rng = random.Random(21)
+        first, second, third = (big_trajectory(rng, turns=1) for _ in range(3))
+        assert post(port, make_request(all_spans(first)).SerializeToString()).status_code == 200
+        read_records(out, 1)
+        resize(tmpfs, 64 * 1024)  # part of the next line fits, not all of it
+        assert post(port, make_request(all_spans(second)).SerializeToString()).status_code == 200
+        wait_until(lambda: health(port)["status"] == "degraded", 10, "the export to fail")
+        os.rename(out, tmpfs / "out.jsonl.1")  # logrotate's "create"
+        out.touch()
+        resize(tmpfs, None)
+        [record] = read_records(out, 1)
+        assert record["trajectory_id"] == second.trajectory_id and b"\0" not in out.read_bytes()
+        assert [r["trajectory_id"] for r in read_records(tmpfs / "out.jsonl.1", 1)] == [first.trajectory_id]
+        os.rename(out, tmpfs / "moved.jsonl")
+        assert post(port, make_request(all_spans(third)).SerializeToString()).status_code == 200
+        assert [r["trajectory_id"] for r in read_records(out, 1)] == [third.trajectory_id]
+    finally:
+        stop(proc)
+
+
+def test_parquet_parts_gather_many_trajectories(tmp_path: Path) -> None:
+    """Trajectories finishing one at a time share a part (they wait in the store, up to the linger time) instead of
+    a part each; at shutdown what is waiting becomes one part."""
+    import pyarrow.parquet as pq
+
+    proc, port = start(tmp_path, "--parquet", str(tmp_path / "parts"), "--log-level", "ERROR")
+    try:
+        rng = random.Random(4)
+        for _ in range(12):
+            t = big_trajectory(rng, turns=1, tokens=50)
+            assert post(port, make_request(all_spans(t)).SerializeToString()).status_code == 200
+            time.sleep(0.2)
+        read_records(tmp_path / "out.jsonl", 12)
+    finally:
+        code, _, _ = stop(proc)
+    assert code == 0
+    parts = sorted((tmp_path / "parts").glob("part-*.parquet"))
+    assert len(parts) == 1 and pq.read_table(parts[0]).num_rows == 12

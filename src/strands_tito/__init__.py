@@ -35,10 +35,12 @@ if TYPE_CHECKING:
         RequestCancelledError,
         ServerConnectionError,
         ServerHTTPError,
+        ServerUnreachableError,
         StrandsTitoError,
         ThrottledError,
     )
     from strands_tito.providers.client import (
+        RetryPolicy,
         SGLangCancelledError,
         SGLangClient,
         SGLangClientError,
@@ -85,11 +87,13 @@ if TYPE_CHECKING:
         VLLMModel,
         VLLMResponseError,
     )
-    from strands_tito.trajectory import Rollout, Segment, Trajectory, TrajectoryError, Turn, decode_routed_experts
+    from strands_tito.replay import decode_routed_experts
+    from strands_tito.trajectory import Rollout, Segment, Trajectory, TrajectoryError, Turn
 
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
     "record_reward": "capture.recorder",
+    "RetryPolicy": "providers.client",
     "SGLangCancelledError": "providers.client",
     "SGLangClient": "providers.client",
     "SGLangClientError": "providers.client",
@@ -105,6 +109,7 @@ _EXPORTS: dict[str, str] = {
     "RequestCancelledError": "errors",
     "ServerConnectionError": "errors",
     "ServerHTTPError": "errors",
+    "ServerUnreachableError": "errors",
     "StrandsTitoError": "errors",
     "ThrottledError": "errors",
     "LoopLimitReachedError": "providers.limiter",
@@ -136,7 +141,7 @@ _EXPORTS: dict[str, str] = {
     "Trajectory": "trajectory",
     "TrajectoryError": "trajectory",
     "Turn": "trajectory",
-    "decode_routed_experts": "trajectory",
+    "decode_routed_experts": "replay",
     "VLLMAbortedError": "providers.vllm",
     "VLLMClient": "providers.vllm",
     "VLLMConfig": "providers.vllm",
@@ -180,6 +185,7 @@ __all__ = [
     "QwenXMLToolParser",
     "ReplyDecodingError",
     "RequestCancelledError",
+    "RetryPolicy",
     "Rollout",
     "SGLangAbortedError",
     "SGLangCancelledError",
@@ -197,6 +203,7 @@ __all__ = [
     "Segment",
     "ServerConnectionError",
     "ServerHTTPError",
+    "ServerUnreachableError",
     "StrandsTitoError",
     "ThrottledError",
     "TokenClient",

@@ -54,6 +54,7 @@ class Delivery:
         self._wakeups = {e.name: threading.Event() for e in exporters}
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._gathering: dict[str, float] = {}  # exporter -> when its oldest waiting trajectory was first seen
         self._ack_exporters = [e for e in exporters if getattr(e, "ack_timeout", 0) > 0]
         for exporter in self._ack_exporters:
             if hasattr(exporter, "on_delivered"):
@@ -117,9 +118,12 @@ class Delivery:
                 return False  # a failing exporter must not hold up shutdown; the batch stays in the store
             time.sleep(min(0.5, max(0.0, self.store.retry_at(batch.batch_id) - time.time())))
             return True
+        rows = int(getattr(exporter, "batch_rows", self.batch_size))
+        if batch is None and not stopping and self._lingers(exporter, rows):
+            return True
         if batch is None:
             wakeup.clear()  # before looking: a trajectory finished from now on sets it again
-            batch = self.store.start_batch(exporter.name, exporter.next_position(), self.batch_size)
+            batch = self.store.start_batch(exporter.name, exporter.next_position(), rows)
         if batch is None:
             self.health.ok(task)
             if stopping:
@@ -141,6 +145,27 @@ class Delivery:
         if exporter in self._ack_exporters:
             for record in batch.records:
                 self.delivered(exporter.name, record["trajectory_id"])
+        return True
+
+    def _lingers(self, exporter: TrajectoryExporter, rows: int) -> bool:
+        """Whether to let finished trajectories gather for a bigger batch (exporters with ``linger_seconds``), after
+        waiting a little for more."""
+        linger = float(getattr(exporter, "linger_seconds", 0.0))
+        if linger <= 0:
+            return False
+        wakeup = self._wakeups[exporter.name]
+        wakeup.clear()
+        waiting = self.store.waiting(exporter.name, rows)
+        if waiting == 0 or waiting >= rows:
+            self._gathering.pop(exporter.name, None)
+            return False  # nothing to gather (the round waits as usual), or a full batch
+        since = self._gathering.setdefault(exporter.name, time.monotonic())
+        left = since + linger - time.monotonic()
+        if left <= 0:
+            self._gathering.pop(exporter.name, None)
+            return False
+        self.health.ok(f"export-{exporter.name}")
+        wakeup.wait(min(left, 1.0))
         return True
 
     def _has_waiting(self, exporter: TrajectoryExporter) -> bool:

@@ -44,6 +44,10 @@ class CollectorConfig:
 
     store: Path = Path(".strands-tito/collector.db")
     outputs: list[str] = field(default_factory=lambda: ["jsonl:trajectories.jsonl"])
+    parquet_rows_per_part: int = 1000
+    """Records per Parquet part (see :class:`~strands_tito.exporters.ParquetExporter`)."""
+    parquet_linger: float = 30.0
+    """Longest a finished trajectory waits for others to share its Parquet part (seconds)."""
     host: str = "127.0.0.1"
     http_port: int = 4318
     grpc_port: int | None = 4317
@@ -54,6 +58,8 @@ class CollectorConfig:
     max_body_bytes: int = 64 * 1024 * 1024
     max_decompressed_bytes: int = 256 * 1024 * 1024
     max_inflight: int = 64
+    max_connections: int = 256
+    """HTTP connections served at once; more are answered 503 and closed (one log line per burst)."""
     max_store_bytes: int = 10 * 1024**3
     idle_timeout: float = 600.0
     batch_size: int = 64
@@ -95,6 +101,7 @@ class Collector:
             max_body=config.max_body_bytes,
             head_timeout=config.head_timeout,
             body_timeout=config.body_timeout,
+            max_connections=config.max_connections,
         )
         self._grpc: GrpcReceiver | None = None
         self._stopped = False
@@ -227,7 +234,10 @@ class Collector:
 
 
 def _exporters(config: CollectorConfig) -> list[TrajectoryExporter]:
-    exporters = [make_exporter(s) for s in config.outputs]
+    exporters = [
+        make_exporter(s, parquet_rows=config.parquet_rows_per_part, parquet_linger=config.parquet_linger)
+        for s in config.outputs
+    ]
     if config.agl_url:
         from strands_tito.exporters.agentlightning import AgentLightningExporter
 

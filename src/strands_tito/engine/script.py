@@ -200,6 +200,21 @@ class Fault:
         )
 
     @classmethod
+    def weight_update(cls, status_code: int | None = None, *, count: int = 1, delay: float = 0.0) -> Fault:
+        """Fail the request the way SGLang does while the trainer updates the policy's weights.
+
+        Without ``status_code``: what a request in flight gets when weights are updated with
+        ``abort_all_requests`` (``update_weights_from_*`` and ``update_weight_version``, whose default it is; also
+        ``pause_generation`` with mode ``abort``): HTTP 200 with finish_reason ``{"type":"abort","message":"Aborted",
+        ...}`` and no output (SGLang 0.5.23 ``tokenizer_manager.py``, ``update_weights_from_disk``:
+        ``abort_request(abort_all=True)``).
+        ``400``: a scheduler abort with status 400, answered as ``{"error":{"message":...}}``. Other statuses (500
+        from a worker or a router in front of it) get the ``{"object":"error",...}`` body at that status.
+        """
+        message = None if status_code is None else "Weights are being updated; the request was aborted."
+        return cls.abort(status_code, message=message, count=count, delay=delay)
+
+    @classmethod
     def malformed(
         cls,
         kind: MalformedKind,

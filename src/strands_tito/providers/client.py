@@ -57,19 +57,21 @@ class RetryPolicy:
     """Which failed requests the client retries, and for how long.
 
     Retried: every HTTP error status except a context-length 400, :attr:`never_retry_statuses` and a body holding
-    one of :attr:`never_retry_markers`. That includes 500
-    and other 400s, which SGLang and the router in front of it answer while weights are reloaded between training
-    steps (strands-sglang 0.6 retries them too), and 408/429/502/503/504 (overload). Also retried: a connection that
-    broke or timed out mid-request. A server that refuses connections (down, or restarting) is retried only for
-    :attr:`unreachable_timeout` seconds, so a run pointed at the wrong port fails within seconds with a clear
-    :class:`~strands_tito.errors.ServerUnreachableError`; raise it to ride out engine restarts. Never retried: a
-    200 whose body is not JSON, a cancelled request.
+    one of :attr:`never_retry_markers`. That includes 500 and other 400s, which SGLang and the router in front of it
+    answer while weights are reloaded between training steps (strands-sglang 0.6 retries them too), and
+    408/429/502/503/504 (overload). Also retried: a connection that broke or timed out mid-request. A server that
+    refuses connections (down, or restarting) is retried only for :attr:`unreachable_timeout` seconds, so a run
+    pointed at the wrong port fails within seconds with a clear
+    :class:`~strands_tito.errors.ServerUnreachableError`; raise it to ride out engine restarts. Never retried: a 200
+    whose body is not JSON, a cancelled request. A generation the server aborted (HTTP 200 with finish reason
+    ``abort``: what requests in flight get when weights are updated with ``abort_all_requests``) is sent again by
+    the model provider only with :attr:`retry_aborted`, since an abort can also be a trainer ending a rollout.
 
     Delays grow exponentially from :attr:`backoff_base` to :attr:`backoff_max` with jitter; a ``Retry-After``
     header is honoured. Pass one to a client as ``SGLangClient(url, retry=RetryPolicy(...))``.
 
     Attributes:
-        max_retries: Retries after the first attempt.
+        max_retries: Retries after the first attempt (refused connections are bounded by ``unreachable_timeout``).
         backoff_base: First delay in seconds; doubles each retry (strands-sglang 0.6's ``retry_delay``).
         backoff_max: Cap on one delay.
         deadline: Overall seconds one request may take, retries and waits included.
@@ -77,6 +79,8 @@ class RetryPolicy:
         never_retry_markers: Body substrings of an error a retry cannot fix (SGLang's request-contract check: an
             unknown sampling parameter).
         unreachable_timeout: Seconds a server that refuses connections is retried before giving up.
+        retry_aborted: Send a generation the server aborted again (within :attr:`max_retries`); off, the abort is
+            raised (``SGLangAbortedError``) and nothing is recorded.
     """
 
     max_retries: int = 8
@@ -86,6 +90,7 @@ class RetryPolicy:
     never_retry_statuses: frozenset[int] = field(default_factory=lambda: frozenset({401, 403, 404}))
     never_retry_markers: tuple[str, ...] = ("unknown field",)
     unreachable_timeout: float = 2.0
+    retry_aborted: bool = False
 
     def retryable(self, error: GenerationError) -> bool:
         """Whether a later attempt may succeed where this one failed with ``error``."""
@@ -299,13 +304,15 @@ class TokenClient:
                         f"{method} {path}: HTTP 200 with a body that is not JSON: {response.text[:200]!r}"
                     ) from e
             except (ServerConnectionError, ServerHTTPError) as error:
-                if not policy.retryable(error) or attempt >= policy.max_retries:
+                # A refused connection is bounded by unreachable_timeout instead of max_retries.
+                unreachable = isinstance(error, ServerUnreachableError)
+                if not policy.retryable(error) or (attempt >= policy.max_retries and not unreachable):
                     raise
                 delay = max(policy.delay(attempt), retry_after or 0.0)
                 now = time.monotonic()
                 if now - start + delay > policy.deadline:
                     raise
-                if isinstance(error, ServerUnreachableError):
+                if unreachable:
                     unreachable_since = attempt_start if unreachable_since is None else unreachable_since
                     if now - unreachable_since + delay > policy.unreachable_timeout:
                         raise ServerUnreachableError(

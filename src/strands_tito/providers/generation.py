@@ -102,6 +102,9 @@ class Generation:
     routed_experts: str | None
     source: str
     aborted: str | None = None
+    routed_experts_layout: tuple[int, int, int] | None = None
+    top_p: tuple[list[int], list[int]] | None = None
+    """Top-p replay: ``(token_ids, offsets)`` the sampler kept at each output position (when asked for)."""
     weight_versions: tuple[WeightVersionSpan, ...] = ()
     """Which weights sampled which output tokens (SGLang's ``meta_info.weight_versions``, vLLM's
     ``choices[].weight_versions``); ``weight_version`` is the last one's."""

@@ -15,16 +15,14 @@ both live in :mod:`~strands_tito.providers.generation`, re-exported here).
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import itertools
 import json
 import logging
-import os
 import re
 import threading
-import warnings
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable, Sequence
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
@@ -38,8 +36,15 @@ from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.capture.recorder import AgentState, end_trajectory, record_turn
-from strands_tito.errors import ContextLengthError, GenerationError, RequestCancelledError, ThrottledError
+from strands_tito.errors import (
+    ContextLengthError,
+    GenerationError,
+    RequestCancelledError,
+    ServerUnreachableError,
+    ThrottledError,
+)
 from strands_tito.providers.client import TokenClient
+from strands_tito.providers.config_keys import warn_unknown_config_keys
 from strands_tito.providers.generation import (
     Generation,
     GenerationRequest,
@@ -48,7 +53,7 @@ from strands_tito.providers.generation import (
     check_token_ids,
     finite_logprob,
 )
-from strands_tito.providers.prompt import PromptEncoder
+from strands_tito.providers.prompt import PromptEncoder, format_tool_specs
 from strands_tito.providers.reasoning import split_harmony, split_reasoning
 from strands_tito.providers.rejected_call import RejectedToolCall
 from strands_tito.providers.tool_parsers import (
@@ -73,7 +78,6 @@ __all__ = [
     "TokenResponseError",
     "check_token_ids",
     "finite_logprob",
-    "warn_unknown_config_keys",
 ]
 
 logger = logging.getLogger(__name__)
@@ -214,6 +218,13 @@ class TokenModel(Model):
         """Return the configuration."""
         return self.config
 
+    def format_tool_specs(self, tool_specs: Sequence[ToolSpec]) -> list[dict[str, Any]] | None:
+        """The tool specs as the chat template's ``tools`` (OpenAI function form); override to change them.
+
+        Used once per trajectory, for its first prompt (strands-sglang 0.6's extension point of the same name).
+        """
+        return format_tool_specs(tool_specs)
+
     # -- trajectory access (single-agent use) ----------------------------------------------------------------------
 
     @property
@@ -291,7 +302,9 @@ class TokenModel(Model):
     ) -> list[int]:
         trajectory = state.trajectory
         if not trajectory.turns:
-            return self._prompts.first_prompt(messages, tool_specs, system_prompt, images)
+            return self._prompts.first_prompt(
+                messages, tool_specs, system_prompt, images, format_tools=self.format_tool_specs
+            )
         cursor = state.cursor
         previous = messages[cursor - 1] if 0 < cursor <= len(messages) else None
         if previous is None or previous["role"] != "assistant" or _plain_text(previous) != state.last_output_text:
@@ -316,6 +329,8 @@ class TokenModel(Model):
             return cast(int, limit)
         try:
             return await self.client.max_model_len()
+        except ServerUnreachableError:
+            raise  # the generation would wait out the same window again
         except GenerationError as e:
             logger.warning("error=<%s> | could not read the context length; will ask again next turn", e)
             return None
@@ -367,7 +382,7 @@ class TokenModel(Model):
         """The calling agent's state (now :attr:`trajectory`); hooks the agent once to cancel malformed calls."""
         state = self._state(model_state)
         self._last_state = state
-        agent = (invocation_state or {}).get("agent")
+        state.note_agent(agent := (invocation_state or {}).get("agent"))
         if agent is not None and agent not in self._hooked_agents:
             agent.add_hook(self._reject_malformed_call, BeforeToolCallEvent)
             self._hooked_agents.add(agent)
@@ -412,15 +427,23 @@ class TokenModel(Model):
         return request, prompt_ids
 
     async def _send(self, request: GenerationRequest) -> Generation | None:
-        """The provider's reply, None if the caller cancelled; context and throttling errors become Strands'."""
-        try:
-            return await self._generate(request)
-        except RequestCancelledError:
-            return None
-        except ContextLengthError as e:
-            raise ContextWindowOverflowException(str(e)) from e
-        except ThrottledError as e:
-            raise ModelThrottledException(str(e)) from e
+        """The reply (a server abort sent again if ``client.retry.retry_aborted``), None if the caller cancelled."""
+        policy = self.client.retry
+        attempt = 0
+        while True:
+            try:
+                reply = await self._generate(request)
+            except RequestCancelledError:
+                return None
+            except ContextLengthError as e:
+                raise ContextWindowOverflowException(str(e)) from e
+            except ThrottledError as e:
+                raise ModelThrottledException(str(e)) from e
+            if reply.finish_reason != "abort" or not policy.retry_aborted or attempt >= policy.max_retries:
+                return reply
+            logger.warning("attempt=<%d> | the server aborted the generation; sending it again", attempt + 1)
+            await asyncio.sleep(policy.delay(attempt))
+            attempt += 1
 
     def _record(
         self,
@@ -452,6 +475,8 @@ class TokenModel(Model):
                 weight_version=reply.weight_version,
                 weight_versions=reply.weight_versions,
                 routed_experts=reply.routed_experts,
+                routed_experts_layout=reply.routed_experts_layout,
+                top_p=reply.top_p,
                 image_data=new_images,
                 image_token_id=self._image_token_id() if request.image_data else None,
             )
@@ -473,7 +498,7 @@ class TokenModel(Model):
             image_token_id=self._image_token_id() if turn.image_data else None,
             model_id=self.config.get("model_id"),
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
-            routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
+            agent=state,
         )
         return calls, reasoning, answer
 
@@ -566,34 +591,10 @@ class TokenModel(Model):
             record=False,
             image_data=images,
         )
-        try:
-            reply = await self._generate(request)
-        except ContextLengthError as e:
-            raise ContextWindowOverflowException(str(e)) from e
-        except ThrottledError as e:
-            raise ModelThrottledException(str(e)) from e
-        if reply.finish_reason == "abort":
+        reply = await self._send(request)
+        if reply is None or reply.finish_reason == "abort":
             raise self.aborted_error("structured output generation aborted by the server")
         yield {"output": output_model.model_validate_json(reply.text)}
-
-
-def warn_unknown_config_keys(config: Mapping[str, Any], config_type: type) -> None:
-    """Warn, naming them and the valid keys, about configuration keys ``config_type`` (a ``TypedDict``) lacks.
-
-    Like Strands' own providers, an unknown key is only warned about (and kept): a typo such as ``sampling_param``
-    would otherwise be silently ignored. The warning points at the caller's line, outside strands-tito.
-    """
-    valid = set(getattr(config_type, "__required_keys__", ())) | set(getattr(config_type, "__optional_keys__", ()))
-    unknown = sorted(set(config) - valid)
-    if unknown:
-        warnings.warn(
-            f"unknown {config_type.__name__} key(s) {unknown}; valid keys are {sorted(valid)}",
-            UserWarning,
-            skip_file_prefixes=(_PACKAGE_DIR,),
-        )
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _plain_text(message: Any) -> str:
