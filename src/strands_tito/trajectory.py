@@ -123,6 +123,19 @@ def _check_logprobs(
     return checks.logprobs(logprobs, name, TrajectoryError, missing=missing)
 
 
+def _check_weight_versions(
+    spans: Sequence[WeightVersionSpan | Mapping[str, Any]], version: str | None, output_length: int
+) -> tuple[tuple[WeightVersionSpan, ...], str | None]:
+    """A turn's weight-version runs (:func:`strands_tito.checks.weight_version_spans`) and its version, the last
+    run's (SGLang overwrites ``weight_version`` with it, ``weight_versions.py:107``)."""
+    runs = checks.weight_version_spans(list(spans), output_length, "weight_versions", TrajectoryError)
+    if not runs:
+        return runs, version
+    if version is not None and version != runs[-1].version:
+        raise TrajectoryError(f"weight_version {version!r} is not the last weight_versions span's {runs[-1].version!r}")
+    return runs, runs[-1].version
+
+
 class _CheckedTurn(NamedTuple):
     """A turn :meth:`Trajectory.append_turn` has validated but not yet appended (the ids and logprobs also packed)."""
 
@@ -254,13 +267,7 @@ class Trajectory:
                 ``WeightVersionSpan`` list): runs covering ``output_ids``; ``weight_version`` defaults to the last
                 run's version and must equal it.
         """
-        spans = checks.weight_version_spans(list(weight_versions), len(output_ids), "weight_versions", TrajectoryError)
-        if spans:
-            if weight_version is not None and weight_version != spans[-1].version:
-                raise TrajectoryError(
-                    f"weight_version {weight_version!r} is not the last weight_versions span's {spans[-1].version!r}"
-                )
-            weight_version = spans[-1].version
+        spans, weight_version = _check_weight_versions(weight_versions, weight_version, len(output_ids))
         new = self._check_turn(
             prompt_ids,
             output_ids,

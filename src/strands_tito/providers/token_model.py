@@ -458,8 +458,7 @@ class TokenModel(Model):
         """Append the turn to the trajectory, put it on the current span; return its tool calls, reasoning, answer."""
         if reply.finish_reason == "abort":
             raise self.aborted_error(f"generation aborted by the server: {reply.aborted}")
-        trajectory = state.trajectory
-        text = reply.text
+        trajectory, text = state.trajectory, reply.text
         try:
             turn = trajectory.append_turn(
                 prompt_ids,
