@@ -1,9 +1,10 @@
-"""Every supported model family on its real chat template: real Strands agents, real tools, the local engine over HTTP.
+"""Every supported model family on its reference chat template: real Strands agents, real tools, the local engine.
 
-Only Qwen's vocabulary can be had offline, so every non-Qwen family runs on a stand-in tokenizer: the real Qwen3
-vocabulary plus the family's special tokens as single tokens, with the family's real template
-(:func:`strands_tito.providers.families.family_tokenizer`). The template logic and the special-token boundaries are the
-family's; only the ids of ordinary text differ.
+The reference template is the model's Hugging Face original where one was found, else llama.cpp's copy
+(``tests/templates.py``, provenance in ``tests/data/templates/manifest.json``). Only Qwen's vocabulary can be had
+offline, so every non-Qwen family runs on a stand-in tokenizer: the real Qwen3 vocabulary plus the family's special
+tokens as single tokens (:func:`strands_tito.providers.families.family_tokenizer`). The template logic and the
+special-token boundaries are the family's; only the ids of ordinary text differ.
 
 The engine's replies are the family's canonical output, cut from the real template's own rendering of the structured
 conversation, so each request can be compared with that rendering (template fidelity).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +32,7 @@ from strands_tito.providers.rendering import render_chat_template, render_mutabl
 from strands_tito.providers.tool_parsers import TOOL_PARSERS
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
+from .templates import json_text_arguments, reference_tokenizer, thinking_switch
 from .tools import calculator
 
 SYSTEM = "You are a helpful assistant."
@@ -88,9 +91,9 @@ def structured(spec: Family, turns: list[Turn], ids: list[str] | None = None) ->
         calls = []
         for arguments in turn.calls:
             call_id = ids[index] if ids is not None else f"functions.calculator:{index}"
-            calls.append(
-                {"id": call_id, "type": "function", "function": {"name": "calculator", "arguments": arguments}}
-            )
+            # In the form the family's original takes them: JSON text for DeepSeek-V3.1, else a mapping.
+            written = json.dumps(arguments) if json_text_arguments(spec.name) else arguments
+            calls.append({"id": call_id, "type": "function", "function": {"name": "calculator", "arguments": written}})
             index += 1
         if calls:
             message["tool_calls"] = calls
@@ -111,9 +114,14 @@ class Renderer:
         self.tokenizer = tokenizer
         # QwQ's template is rendered with enable_thinking=True by default (families.template_defaults).
         self.kwargs = (
-            dict(spec.template_kwargs) if thinking is None or spec.always_thinks else {"enable_thinking": thinking}
+            dict(spec.template_kwargs)
+            if thinking is None or spec.always_thinks
+            else {thinking_switch(spec.name): thinking}
         )
-        encoder = PromptEncoder(tokenizer, **self.kwargs)  # type: ignore[arg-type]
+        encoder = PromptEncoder(tokenizer, enable_thinking=thinking if not spec.always_thinks else None)
+        assert encoder.template_kwargs == self.kwargs, (
+            "the encoder passes the thinking switch under the template's name"
+        )
         tools = format_tool_specs([calculator.tool_spec])
         assert tools is not None
         self.tools: list[dict[str, Any]] | None = tools
@@ -206,7 +214,7 @@ FAMILY_CASES = [
 @pytest.mark.parametrize(("name", "thinking"), FAMILY_CASES)
 async def test_family_episode(start_engine, name: str, thinking: bool | None) -> None:  # type: ignore[no-untyped-def]
     spec = FAMILIES[name]
-    tokenizer = family_tokenizer(name)
+    tokenizer = reference_tokenizer(name)
     if spec.parser not in TOOL_PARSERS:
         pytest.skip(f"tool parser {spec.parser!r} is not merged yet")
     render = Renderer(spec, tokenizer, thinking)
@@ -273,7 +281,7 @@ REASONING_REWRITES: dict[str, tuple[str, str]] = {
     "glm-4.6": ("<think>{}</think>", "<think></think>"),
     "glm-4.7": ("<think>{}</think>", "</think>"),  # earlier turns re-rendered as a bare </think>
     "kimi-k2-thinking": ("<think>{}</think>", "<think></think>"),
-    "deepseek-v3.1": ("<think>{}</think>", "<think></think>"),
+    "deepseek-v3.1": ("<think>{}</think>", "</think>"),  # the original; llama.cpp's copy writes <think></think>
     "gpt-oss": ("<|channel|>analysis<|message|>{}<|end|><|start|>assistant", ""),
 }
 
@@ -297,10 +305,10 @@ def rewritten(name: str, text: str, dropped: list[Turn]) -> str:
     return text
 
 
-@pytest.mark.parametrize("name", [n for n in FAMILIES if n not in ("kimi-k2", "kimi-k2-thinking")])
+@pytest.mark.parametrize("name", [n for n in FAMILIES if n != "kimi-k2"])
 def test_mutable_rendering_is_transformers_rendering(name: str) -> None:
     """Where transformers' immutable sandbox renders, the mutable-sandbox path gives the same text."""
-    spec, tokenizer = FAMILIES[name], family_tokenizer(name)
+    spec, tokenizer = FAMILIES[name], reference_tokenizer(name)
     for thinking in (True, False) if spec.thinking else (None,):
         render = Renderer(spec, tokenizer, thinking)
         for messages in structured(spec, plan(spec, thinking is True)):

@@ -142,8 +142,11 @@ FAMILIES: Final[dict[str, Family]] = {
             differences=(
                 "the template renders no tools list: tool schemas are put into the system prompt by the encoder",
                 "the template drops the reasoning of every earlier turn, even within the tool loop: <think>R</think> "
-                "is re-rendered as <think></think>; token-in/token-out keeps it as generated. After tool results the "
-                "generation prompt opens no think block (the model answers without reasoning)",
+                "is re-rendered as </think> (llama.cpp's copy: <think></think>); token-in/token-out keeps it as "
+                "generated. After tool results the generation prompt opens no think block (the model answers without "
+                "reasoning)",
+                "the Hugging Face original takes a call's arguments as JSON text and its thinking switch as "
+                "`thinking`; the encoder finds both when it is built",
             ),
         ),
         Family(

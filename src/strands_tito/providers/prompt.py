@@ -12,14 +12,17 @@ starts the tool message with the model's stop token (GLM's ``<|observation|>``) 
 the whole structured conversation, at a cost proportional to the new messages.
 
 Templates that list no tools (DeepSeek-V3.1) get the tool schemas in the system message instead
-(:func:`tools_system_text`). Each encoder checks its template on probe conversations when it is built, so a template
-the encoder cannot follow fails then, with the behaviour named, never mid-episode.
+(:func:`tools_system_text`). A call's arguments reach the template in the form it expects, found when the encoder is
+built: a mapping, or JSON text where the template concatenates them as a string (DeepSeek-V3.1's original). Each
+encoder checks its template on probe conversations when it is built, so a template the encoder cannot follow fails
+then, with the behaviour named, never mid-episode.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -188,16 +191,24 @@ def format_messages(
     return out
 
 
-def tool_calls_of(message: Message) -> list[dict[str, Any]]:
-    """The ``toolUse`` blocks of a Strands assistant message as chat-template ``tool_calls`` (ids kept)."""
+def tool_calls_of(message: Message, *, json_text: bool = False) -> list[dict[str, Any]]:
+    """The ``toolUse`` blocks of a Strands assistant message as chat-template ``tool_calls`` (ids kept).
+
+    Arguments are a mapping, or with ``json_text`` JSON text (the OpenAI convention), as the template expects
+    (:attr:`PromptEncoder.json_arguments`).
+    """
     return [
         {
             "id": use["toolUseId"],
             "type": "function",
-            "function": {"name": use["name"], "arguments": use["input"]},
+            "function": {"name": use["name"], "arguments": _arguments(use["input"], json_text)},
         }
         for use in (block["toolUse"] for block in message["content"] if "toolUse" in block)
     ]
+
+
+def _arguments(arguments: Any, json_text: bool) -> Any:
+    return json.dumps(arguments, ensure_ascii=False) if json_text else arguments
 
 
 def tools_system_text(tools: list[dict[str, Any]]) -> str:
@@ -209,8 +220,9 @@ def tools_system_text(tools: list[dict[str, Any]]) -> str:
     return f"## Tools\n\nYou can call the following tools, given as JSON schemas:\n<tools>\n{lines}\n</tools>"
 
 
-def _probe_call() -> dict[str, Any]:
-    return {"id": "call_0", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": {"a": 1}}}
+def _probe_call(json_text: bool) -> dict[str, Any]:
+    arguments = _arguments({"a": 1}, json_text)
+    return {"id": "call_0", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": arguments}}
 
 
 class PromptEncoder:
@@ -220,6 +232,8 @@ class PromptEncoder:
         tokenizer: A Hugging Face tokenizer with a chat template.
         enable_thinking: Passed to the template (Qwen3, GLM, DeepSeek-V3.1 ...); None leaves the template's default,
             or the family's (:func:`strands_tito.providers.families.template_defaults`: QwQ is rendered with ``True``).
+            A template that reads no ``enable_thinking`` but a ``thinking`` switch (DeepSeek-V3.1's original) gets
+            it under that name.
         end_tokens: Tokens that end an assistant turn (the model's stop tokens and the template's end-of-turn
             tokens). Default: the tokenizer's eos token, the token the template closes an assistant message with,
             and those of :data:`KNOWN_END_TOKENS` the tokenizer has as added tokens.
@@ -239,7 +253,7 @@ class PromptEncoder:
         self.template_kwargs: dict[str, Any] = (
             template_defaults(tokenizer.chat_template)
             if enable_thinking is None
-            else {"enable_thinking": enable_thinking}
+            else {_thinking_switch(tokenizer.chat_template): enable_thinking}
         )
         self._added: dict[int, str] = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
         backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -251,6 +265,8 @@ class PromptEncoder:
             raise PromptError("no end-of-turn token: the tokenizer has no eos token and the template closes none")
         self._end_ids = {i for i, text in self._added.items() if text in self.end_tokens}
         self.tools_in_template = self._lists_tools()
+        #: The template wants a call's arguments as JSON text, not a mapping (found when the encoder is built).
+        self.json_arguments = self._wants_json_arguments()
         self.numbers_calls = False
         self._probe()
 
@@ -314,12 +330,34 @@ class PromptEncoder:
         return tuple(dict.fromkeys(found))
 
     def _lists_tools(self) -> bool:
-        tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "", "parameters": {}}}
+        # A well-formed empty schema: templates read its "properties" (Seed-OSS lists tools as Python signatures).
+        parameters = {"type": "object", "properties": {}}
+        tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "", "parameters": parameters}}
         try:
             text = self.render(_STAND_IN, tools=[tool], add_generation_prompt=True)
         except Exception as e:
             raise PromptError(f"the chat template cannot render a tools list: {type(e).__name__}: {e}") from e
         return _PROBE_TOOL in text
+
+    def _wants_json_arguments(self) -> bool:
+        """Whether the template takes a call's arguments as JSON text rather than a mapping.
+
+        A mapping is the default; JSON text only where the template refuses a mapping or writes it as a Python
+        ``dict`` (it concatenates the arguments as a string: DeepSeek-V3.1's original). A template that takes either
+        form (``tojson`` for a mapping, a string verbatim) renders both the same.
+        """
+
+        def rendered(json_text: bool) -> str | None:
+            assistant = {"role": "assistant", "content": _MARK, "tool_calls": [_probe_call(json_text)]}
+            try:
+                return self.render([*_STAND_IN, assistant], add_generation_prompt=False)
+            except Exception:
+                return None
+
+        as_mapping = rendered(False)
+        if as_mapping is not None and "{'a': 1}" not in as_mapping:
+            return False
+        return rendered(True) is not None
 
     def _probe(self) -> None:
         """Follow one tool round and one new user turn the way an episode would, or fail naming the behaviour."""
@@ -348,7 +386,14 @@ class PromptEncoder:
         # (Templates that drop the content of a message with calls, Llama-3.x, are found from the bare stand-in's end,
         # so they never get the earlier calls; their result headers carry no numbers.)
         self.numbers_calls = first != later and _MARK in self.render(
-            [*_STAND_IN, {"role": "assistant", "content": _MARK, "tool_calls": tool_calls_of(calling)}],
+            [
+                *_STAND_IN,
+                {
+                    "role": "assistant",
+                    "content": _MARK,
+                    "tool_calls": tool_calls_of(calling, json_text=self.json_arguments),
+                },
+            ],
             add_generation_prompt=False,
         )
 
@@ -374,7 +419,7 @@ class PromptEncoder:
             [_STAND_IN[0], {"role": "user", "content": [image, {"type": "text", "text": _PROBE_USER}]}],
             [
                 *_STAND_IN,
-                {"role": "assistant", "content": "x", "tool_calls": [_probe_call()]},
+                {"role": "assistant", "content": "x", "tool_calls": [_probe_call(self.json_arguments)]},
                 {"role": "tool", "tool_call_id": "call_0", "name": _PROBE_TOOL, "content": [image]},
             ],
         )
@@ -427,12 +472,13 @@ class PromptEncoder:
             tools = None
         before = len(images) if images is not None else 0
         formatted = format_messages(messages, system_prompt, images)
-        structured = _with_history_calls(formatted, messages, force=False)
+        json_text = self.json_arguments
+        structured = _with_history_calls(formatted, messages, force=False, json_text=json_text)
         try:
             text = self.render(structured, tools=tools, add_generation_prompt=True)
         except Exception as e:
             # Templates that need structured tool_calls before a tool message (gpt-oss): give every earlier call.
-            retry = _with_history_calls(formatted, messages, force=True)
+            retry = _with_history_calls(formatted, messages, force=True, json_text=json_text)
             if retry == structured:
                 raise PromptError(f"the chat template cannot render the first prompt: {type(e).__name__}: {e}") from e
             try:
@@ -482,12 +528,12 @@ class PromptEncoder:
         before = len(images) if images is not None else 0
         formatted = format_messages([*history, *new_messages], images=images)[len(history) :]
         assistant: dict[str, Any] = {"role": "assistant", "content": _MARK}
-        calls = tool_calls_of(previous) if previous is not None else []
+        calls = tool_calls_of(previous, json_text=self.json_arguments) if previous is not None else []
         if calls:
             assistant["tool_calls"] = calls
         tail = [*_STAND_IN, assistant, *formatted]
         if earlier_calls and self.numbers_calls:
-            tail = [_STAND_IN[0], *_earlier_calls(earlier_calls), *tail[1:]]
+            tail = [_STAND_IN[0], *_earlier_calls(earlier_calls, self.json_arguments), *tail[1:]]
         try:
             text = self.render(tail, add_generation_prompt=True)
         except Exception as e:
@@ -525,7 +571,22 @@ class PromptEncoder:
         return after[position + len(token) :] if emitted is not None else after[position:]
 
 
-def _with_history_calls(formatted: list[dict[str, Any]], messages: Messages, *, force: bool) -> list[dict[str, Any]]:
+# The template reads a top-level ``thinking`` variable (not a message's ``message.thinking``).
+_THINKING_VARIABLE: Final = re.compile(r"\{%-?\s*(?:el)?if\s+(?:not\s+)?thinking\b")
+
+
+def _thinking_switch(template: Any) -> str:
+    """The name of the template's thinking switch: ``enable_thinking``, or ``thinking`` where the template reads only
+    that (DeepSeek-V3.1's original; llama.cpp's copies map ``enable_thinking`` onto it)."""
+    text = template if isinstance(template, str) else ""
+    if "enable_thinking" not in text and _THINKING_VARIABLE.search(text):
+        return "thinking"
+    return "enable_thinking"
+
+
+def _with_history_calls(
+    formatted: list[dict[str, Any]], messages: Messages, *, force: bool, json_text: bool
+) -> list[dict[str, Any]]:
     """Earlier assistant turns of a first prompt with their ``toolUse`` blocks as structured ``tool_calls`` (ids kept).
 
     An assistant text is the model's raw output, call markup included, so it is rendered verbatim; only a turn whose
@@ -538,7 +599,7 @@ def _with_history_calls(formatted: list[dict[str, Any]], messages: Messages, *, 
         if entry["role"] != "assistant":
             out.append(entry)
             continue
-        calls = tool_calls_of(next(assistants))
+        calls = tool_calls_of(next(assistants), json_text=json_text)
         text = entry["content"] if isinstance(entry["content"], str) else ""
         if calls and (force or not any(c["function"]["name"] in text for c in calls)):
             entry = {**entry, "tool_calls": calls}
@@ -546,10 +607,14 @@ def _with_history_calls(formatted: list[dict[str, Any]], messages: Messages, *, 
     return out
 
 
-def _earlier_calls(count: int) -> list[dict[str, Any]]:
+def _earlier_calls(count: int, json_text: bool) -> list[dict[str, Any]]:
     """A stand-in user query answered by ``count`` tool calls and their results."""
     calls = [
-        {"id": f"call_{i}", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": {}}}
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": _PROBE_TOOL, "arguments": _arguments({}, json_text)},
+        }
         for i in range(count)
     ]
     results = [{"role": "tool", "tool_call_id": c["id"], "name": _PROBE_TOOL, "content": "R"} for c in calls]
