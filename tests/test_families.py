@@ -40,13 +40,14 @@ USER_1 = "What is 25 * 17?"
 USER_2 = "Now compute 2 ** 10 and 3 * 3."
 
 
-#: Families that reason without a switch in the template (gpt-oss writes analysis messages).
-REASONS_ALWAYS = {"gpt-oss"}
+#: Families that reason without a switch in the template (gpt-oss writes analysis messages, Seed-OSS <seed:think>).
+REASONS_ALWAYS = {"gpt-oss", "seed-oss"}
 #: Families whose template drops the reasoning of earlier turns even within one user query's tool loop.
 DROPS_IN_LOOP = {"qwq", "deepseek-v3.1"}
 NO_THINK_AFTER_TOOLS = {"deepseek-v3.1"}
-#: Families whose template drops an empty think block (enable_thinking=False) within the tool loop.
-DROPS_EMPTY_IN_LOOP = {"qwen3"}
+#: Families whose template drops an empty think block (enable_thinking=False) within the tool loop (DeepSeek-V3.2
+#: re-renders its generation prompt's <think></think> as </think>).
+DROPS_EMPTY_IN_LOOP = {"qwen3", "deepseek-v3.2"}
 
 
 @dataclass
@@ -159,6 +160,10 @@ def replies(render: Renderer, prompts: list[list[dict[str, Any]]], turns: list[T
         while shared < min(len(rest_ids), len(header_ids)) and rest_ids[shared] == header_ids[shared]:
             shared += 1
         rest = str(render.tokenizer.decode(rest_ids[shared:], skip_special_tokens=False))
+        if header.endswith("<think></think>") and rest.startswith("</think>"):
+            # The generation prompt closed the think block; the template re-renders it as a bare </think>
+            # (DeepSeek-V3.2 with thinking off): the model writes what follows.
+            rest = rest.removeprefix("</think>")
         if turns[k].reasoning and "<think></think>" in rest:
             # Kimi-K2-Thinking renders the reasoning of the last final answer as an empty block; the model wrote it.
             rest = rest.replace("<think></think>", f"<think>{turns[k].reasoning}</think>", 1)
@@ -265,7 +270,8 @@ async def test_family_episode(start_engine, name: str, thinking: bool | None) ->
         in_loop = name in DROPS_IN_LOOP or (thinking is False and name in DROPS_EMPTY_IN_LOOP)
         dropped = turns[:k] if in_loop else turns[:second_user] if k >= second_user else []
         got = str(tokenizer.decode(record.input_ids or [], skip_special_tokens=False))
-        assert rewritten(name, got, dropped) == want, f"request {k} differs beyond the documented differences"
+        seen = rewritten(name, got, dropped)
+        assert seen == want, f"request {k} differs beyond the documented differences: {first_difference(seen, want)}"
         if not dropped:
             assert record.input_ids == tokenizer.encode(want, add_special_tokens=False), f"request {k} differs"
 
@@ -281,9 +287,17 @@ REASONING_REWRITES: dict[str, tuple[str, str]] = {
     "glm-4.6": ("<think>{}</think>", "<think></think>"),
     "glm-4.7": ("<think>{}</think>", "</think>"),  # earlier turns re-rendered as a bare </think>
     "kimi-k2-thinking": ("<think>{}</think>", "<think></think>"),
-    "deepseek-v3.1": ("<think>{}</think>", "</think>"),  # the original; llama.cpp's copy writes <think></think>
+    "deepseek-v3.1": ("<think>{}</think>", "</think>"),
+    "deepseek-v3.2": ("<think>{}</think>", "</think>"),
+    "nemotron-3-nano": ("<think>\n{}\n</think>", "<think></think>"),
+    "stepfun-3.5-flash": ("<think>\n{}\n</think>\n", ""),  # the original; llama.cpp's copy writes <think></think>
     "gpt-oss": ("<|channel|>analysis<|message|>{}<|end|><|start|>assistant", ""),
 }
+
+
+def first_difference(got: str, want: str) -> str:
+    at = next((i for i, (a, b) in enumerate(zip(got, want, strict=False)) if a != b), min(len(got), len(want)))
+    return f"at {at}: got {got[at - 40 : at + 80]!r}, the template renders {want[at - 40 : at + 80]!r}"
 
 
 def rewritten(name: str, text: str, dropped: list[Turn]) -> str:

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from typing import Any
 
 import pytest
+from tokenizers import AddedToken
 
 from strands_tito.chat_templates import real_chat_template
 from strands_tito.providers.families import FAMILIES, family_tokenizer
@@ -88,3 +90,24 @@ def test_a_template_refusing_both_argument_forms_fails_at_construction() -> None
     )
     with pytest.raises(PromptError, match="tool result after an assistant tool call"):
         PromptEncoder(tokenizer)
+
+
+GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>")
+
+
+def gemma4_tokenizer(template: str) -> Any:
+    """A stand-in Gemma-4 tokenizer: the Qwen3 vocabulary plus Gemma-4's turn and tool tokens."""
+    tokenizer = copy.deepcopy(family_tokenizer("qwen3"))
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in GEMMA4_TOKENS], special_tokens=True)
+    tokenizer.chat_template = real_chat_template(template)
+    tokenizer.eos_token = "<turn|>"
+    return tokenizer
+
+
+def test_gemma4_is_refused_at_construction_naming_the_family_and_the_reason() -> None:
+    """Gemma-4 writes a tool result inside the model's own turn after <|tool_response>, with no end of turn."""
+    with pytest.raises(PromptError, match="inside the model's own turn") as raised:
+        PromptEncoder(gemma4_tokenizer("google-gemma-4-31B-it"))
+    assert "Gemma-4's template" in str(raised.value) and "<|tool_response>response:tito_probe_tool" in str(raised.value)
+    # Its interleaved variant renders each result as a turn of its own: that one builds.
+    PromptEncoder(gemma4_tokenizer("google-gemma-4-31B-it-interleaved"))
