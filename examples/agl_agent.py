@@ -16,6 +16,7 @@ server), ``QUESTION`` and ``ANSWER`` (from the rollout's input through the rollo
 import os
 
 from strands import Agent, tool
+from strands.agent.conversation_manager import NullConversationManager
 
 from strands_tito import SGLangModel, record_reward
 from strands_tito.tokenizers import build_qwen3_tokenizer
@@ -36,7 +37,7 @@ class CalcAgent:
             base_url=os.environ["SGLANG_URL"],
             model_id=os.environ.get("MODEL_ID", "sglang"),
         )
-        agent = Agent(model=model, tools=[add], callback_handler=None)
+        agent = Agent(model=model, tools=[add], conversation_manager=NullConversationManager(), callback_handler=None)
         answer = str(agent(os.environ.get("QUESTION", "What is 25 + 17?") + " Use the add tool."))
         print(answer)
         # The last reward recorded for the trajectory is the rollout's reward (Agent Lightning's convention).

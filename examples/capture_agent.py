@@ -1,51 +1,9 @@
-"""An ordinary Strands agent with a tool and no telemetry code: trace capture is switched on from outside.
+"""The demo's agent: an ordinary Strands agent with a tool and no telemetry code (capture is switched on from outside).
 
-Needs an SGLang server at $SGLANG_URL (or the local stand-in: `strands-tito engine --port 30000`). Any of:
-
-    STRANDS_TITO_CAPTURE=1 OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 python examples/capture_agent.py
-    STRANDS_TITO_CAPTURE=1 STRANDS_TITO_OUTPUT=trajectories.jsonl python examples/capture_agent.py
-    OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_METRICS_EXPORTER=none \\
-        OTEL_LOGS_EXPORTER=none OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 \\
-        opentelemetry-instrument python examples/capture_agent.py
-
-`STRANDS_TITO_FAMILY=glm-4.6` (any name in strands_tito.providers.families.FAMILIES) runs it on that model family's real
-chat template, stand-in tokenizer and tool parser, e.g. against `strands-tito engine --chat-template glm-4.6`.
-
-`--app-telemetry ENDPOINT` plays an application that sets up tracing itself, as many do
-(`StrandsTelemetry().setup_otlp_exporter(endpoint=...)`): capture then attaches to that tracer provider instead of
-replacing it, and the application's exporter still gets its spans.
+It ships in the package as ``strands_tito/demo_agent.py`` so that ``strands-tito demo`` works from an installed wheel;
+this file runs it (``python examples/capture_agent.py`` = ``python -m strands_tito.demo_agent``, same options).
 """
 
-import argparse
-import os
+import runpy
 
-from strands import Agent, tool
-
-from strands_tito import SGLangModel
-from strands_tito.providers.families import FAMILIES, family_tokenizer
-from strands_tito.tokenizers import build_qwen3_tokenizer
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-parser = argparse.ArgumentParser(description="An ordinary Strands agent with a tool and no telemetry code.")
-parser.add_argument("--app-telemetry", metavar="ENDPOINT", help="OTLP/HTTP traces URL the app itself exports to")
-args = parser.parse_args()
-if args.app_telemetry:
-    from strands.telemetry import StrandsTelemetry
-
-    StrandsTelemetry().setup_otlp_exporter(endpoint=args.app_telemetry)
-
-family = os.environ.get("STRANDS_TITO_FAMILY")  # e.g. glm-4.6; unset: Qwen3
-if family:
-    tokenizer, tool_parser = family_tokenizer(family), FAMILIES[family].parser
-else:
-    tokenizer, tool_parser = build_qwen3_tokenizer(), None
-model = SGLangModel(tokenizer=tokenizer, tool_parser=tool_parser, base_url=os.environ["SGLANG_URL"])
-agent = Agent(model=model, tools=[add], callback_handler=None)
-print(agent("What is 25 + 17? Use the add tool."))
-# No reset and no flush: the trajectory's end signal goes out at exit, before the exporters shut down.
+runpy.run_module("strands_tito.demo_agent", run_name="__main__", alter_sys=True)

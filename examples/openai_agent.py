@@ -10,6 +10,7 @@ server is asked for them), and the assembler reports whether consecutive calls s
 import os
 
 from strands import Agent, tool
+from strands.agent.conversation_manager import NullConversationManager
 from strands.models.openai import OpenAIModel
 
 
@@ -26,5 +27,5 @@ model = OpenAIModel(
     # capture records them when the request asks for them.
     params={"max_tokens": 256, "logprobs": True},
 )
-agent = Agent(model=model, tools=[add], callback_handler=None)
+agent = Agent(model=model, tools=[add], conversation_manager=NullConversationManager(), callback_handler=None)
 print(agent("What is 25 + 17? Use the add tool."))

@@ -7,6 +7,7 @@ Use with slime's `--custom-generate-function-path examples.slime_generate.genera
 import logging
 
 from strands import Agent, tool
+from strands.agent.conversation_manager import NullConversationManager
 
 from strands_tito import SGLangModel, ToolLimiter, decode_routed_experts, get_client_from_slime_args
 from strands_tito.providers.tool_parsers import HermesToolParser
@@ -54,6 +55,7 @@ async def generate(args, sample: Sample, sampling_params) -> Sample:
         model=model,
         tools=[execute_python_code],
         hooks=[tool_limiter],
+        conversation_manager=NullConversationManager(),  # token-in/token-out needs an append-only history
         callback_handler=None,
         system_prompt=SYSTEM_PROMPT,
     )

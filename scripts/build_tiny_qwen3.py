@@ -5,7 +5,7 @@ The weights are random (seed 0) but the vocabulary is the tokenizer's, so token-
 The embedding has one row per token of the tokenizer, added special tokens included: a family's stand-in tokenizer
 (:func:`strands_tito.providers.families.family_tokenizer`, the Qwen3 vocabulary plus the family's special tokens) gets a
 model whose embedding covers those tokens, and whose eos is the family's (the tokenizer's eos token).
-head_dim is 32 because vLLM's CPU attention backend does not support 16 (offline-testing.md §3).
+head_dim is 32 because vLLM's CPU attention backend does not support 16 (it fails at start-up with it).
 """
 
 from __future__ import annotations

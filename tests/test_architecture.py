@@ -21,7 +21,10 @@ SOURCE_ROOTS = [ROOT / "src", ROOT / "collector", ROOT / "exporters"]
 #: Modules of the bottom layer: plain data, the span codec, the assembler. They import no framework.
 BOTTOM = {
     "strands_tito.errors",
+    "strands_tito.checks",
     "strands_tito.trajectory",
+    "strands_tito.trajectory_fields",
+    "strands_tito.prompt_ids",
     "strands_tito.spans",
     "strands_tito.span_images",
     "strands_tito.records",
@@ -158,23 +161,20 @@ def test_the_public_api_stays_importable_lazily() -> None:
     assert sorted(strands_tito.__all__) == sorted(set(strands_tito.__all__))
 
 
-def test_moved_modules_keep_their_old_paths() -> None:
+def test_strands_sglang_module_paths_are_served_from_compat_and_nothing_else() -> None:
     import importlib
     import warnings
 
-    from strands_tito import trajectory
-    from strands_tito.providers import client, prompt, sglang, tool_parsers
+    from strands_tito.compat import MODULE_PATHS
 
-    sys.modules.pop("strands_tito.prompt", None)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # strands-sglang's own module paths stay, silently
-        assert importlib.import_module("strands_tito.tool_parsers") is tool_parsers
-        assert importlib.import_module("strands_tito.tool_parsers.hermes") is tool_parsers.hermes
-        assert importlib.import_module("strands_tito.client") is client
-        assert importlib.import_module("strands_tito.sglang") is sglang
-        assert importlib.import_module("strands_tito.rollout").Rollout is trajectory.Rollout
-    with pytest.warns(DeprecationWarning, match=r"strands_tito\.providers\.prompt"):
-        assert importlib.import_module("strands_tito.prompt") is prompt
+        warnings.simplefilter("error")  # strands-sglang's module paths are permanent and silent
+        for path, serving in MODULE_PATHS.items():
+            assert importlib.import_module(path) is importlib.import_module(serving)
+    # strands-tito's own former paths never shipped in a release: gone.
+    for gone in ("strands_tito.prompt", "strands_tito.spool", "strands_tito.instrument", "strands_tito.vllm"):
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(gone)
 
 
 #: Size limits (issue 13): a product module stays readable in one sitting, a function in one screen.

@@ -1,6 +1,6 @@
 """Capture switched on by environment variables alone, no code change.
 
-Each test starts the unchanged example agent (examples/capture_agent.py) in a real subprocess with only environment
+Each test starts the unchanged demo agent (src/strands_tito/demo_agent.py) in a real subprocess with only environment
 variables set, against a local engine and real OTLP/HTTP receivers on 127.0.0.1 in the test process, and checks that
 the trajectory put back together from what was exported equals, token for token, what the engine received and
 produced, and that it is complete (its end signal came at process exit).
@@ -42,7 +42,7 @@ from .conftest import generate_records
 from .test_sglang_model import hermes_call
 
 ROOT = Path(__file__).resolve().parent.parent
-AGENT = str(ROOT / "examples" / "capture_agent.py")
+AGENT = ("-m", "strands_tito.demo_agent")
 OTEL_INSTRUMENT = str(Path(sys.executable).parent / "opentelemetry-instrument")
 AGL_KEY = "agl-key-5f0c1d9e7b"  # must appear in no byte of telemetry
 AGL_ENV = {"AGL_EVENT_URL": "http://127.0.0.1:9/api/rollouts/ro-42/attempt/att-3/events", "AGL_KEY": AGL_KEY}
@@ -124,7 +124,7 @@ def run(
 
 
 def run_agent(engine: LocalEngine, env: dict[str, str], *args: str, instrument: bool = False) -> str:
-    done = run({"SGLANG_URL": engine.base_url, **env}, AGENT, *args, instrument=instrument)
+    done = run({"SGLANG_URL": engine.base_url, **env}, *AGENT, *args, instrument=instrument)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "42" in done.stdout
     return done.stderr

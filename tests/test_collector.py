@@ -31,6 +31,7 @@ async def collector(tmp_path: Path) -> AsyncIterator[Collector]:
     config = CollectorConfig(
         store=tmp_path / "store.db",
         outputs=[f"jsonl:{tmp_path / 'out.jsonl'}", f"parquet:{tmp_path / 'parquet'}"],
+        parquet_linger=0.3,  # parts gather for a moment only: these tests read them at once
         http_port=0,
         grpc_port=0,
         progress_interval=0,

@@ -191,7 +191,7 @@ async def test_client_takes_strands_sglang_options(start_engine, qwen3) -> None:
     client = SGLangClient(
         base_url=engine.base_url, max_connections=4, timeout=None, connect_timeout=5.0, max_retries=3, retry_delay=0.01
     )
-    assert (client.backoff_base, client.timeout) == (0.01, None)
+    assert (client.retry_delay, client.retry.backoff_base, client.max_retries, client.timeout) == (0.01, 0.01, 3, None)
     model = make_model(engine, qwen3)
     model.client = client
     await make_agent(model).invoke_async("Hi")

@@ -1,6 +1,6 @@
 """The local SGLang-protocol engine, over real HTTP on 127.0.0.1 (no mocks).
 
-Expected shapes follow the SGLang 0.5.23 wire protocol (shared/reference/sglang-protocol.md).
+Expected shapes follow the SGLang 0.5.23 wire protocol (its ``http_server.py`` and ``io_struct.py``).
 """
 
 from __future__ import annotations
@@ -331,7 +331,7 @@ def test_reply_finish_override(tiny: PreTrainedTokenizerBase, serve: Any) -> Non
 
 
 def test_non_canonical_ids_are_sent_exactly(qwen3: PreTrainedTokenizerBase, serve: Any) -> None:
-    """Drift cases from offline-testing.md §1.5: the engine emits what the script says, not a re-encoding."""
+    """Token sequences a re-encoding would change: the engine emits what the script says, not a re-encoding."""
     tool_call_pieces = [27, 14172, 13429, 29]  # "<tool_call>" spelled in plain pieces
     engine, client = serve(qwen3, Script([Reply(ids=[32713, 385, 198, 198, *tool_call_pieces, QWEN_EOS])]))
     body = gen(client, chat(qwen3, "hi")).json()

@@ -18,17 +18,19 @@ from .conftest import generate_records
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 XML_CALL = (
-    "<tool_call>\n<function=calculator>\n<parameter=expression>\n25 * 17\n</parameter>\n</function>\n</tool_call>"
+    "<tool_call>\n<function=multiply>\n<parameter=a>\n25\n</parameter>\n<parameter=b>\n17\n</parameter>\n"
+    "</function>\n</tool_call>"
 )
-HERMES_CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "25 * 17"}}\n</tool_call>'
+HERMES_CALL = '<tool_call>\n{"name": "multiply", "arguments": {"a": 25, "b": 17}}\n</tool_call>'
 
 
 @pytest.mark.parametrize(
     ("example", "call"), [("quickstart_client.py", XML_CALL), ("quickstart_base_url.py", HERMES_CALL)]
 )
 def test_quickstart_examples(start_engine, qwen3, monkeypatch, capsys, example: str, call: str) -> None:  # type: ignore[no-untyped-def]
-    # The examples talk to the usual SGLang port and load a hub tokenizer; serve both locally.
-    engine = start_engine(Script(turns=[Reply(text=call), Reply(text="25 * 17 = 425")]), port=30000)
+    # The examples talk to $SGLANG_URL and load a hub tokenizer; serve both locally (on a free port).
+    engine = start_engine(Script(turns=[Reply(text=call), Reply(text="25 * 17 = 425")]))
+    monkeypatch.setenv("SGLANG_URL", engine.base_url)
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: qwen3)
     runpy.run_path(str(EXAMPLES / example), run_name="__main__")
 
@@ -38,7 +40,7 @@ def test_quickstart_examples(start_engine, qwen3, monkeypatch, capsys, example: 
     records = generate_records(engine)
     assert len(records) == 2
     assert tokens == (records[-1].input_ids or []) + (records[-1].output_ids or [])
-    assert "425" in qwen3.decode(records[1].input_ids)  # the real calculator tool ran and the model saw its result
+    assert "425" in qwen3.decode(records[1].input_ids)  # the real multiply tool ran and the model saw its result
     mask = ast.literal_eval(printed["Loss mask"])
     assert len(mask) == len(tokens) and sum(mask) == sum(len(r.output_ids or []) for r in records)
 

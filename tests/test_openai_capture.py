@@ -327,10 +327,13 @@ def test_assembler_data_loss_on_calls() -> None:
 
 
 def test_call_span_decoding() -> None:
-    attributes = spans.call_attributes("t", 0, [1], [2, 3], [None, -1.0], finish_reason="length")
+    attributes = spans.call_attributes("t", 0, [1], [2, 3], [-2.0, -1.0], finish_reason="length")
     decoded = spans.decode_span(attributes)
     assert isinstance(decoded, spans.CallSpan)
-    assert decoded.output_logprobs == [None, -1.0] and decoded.finish_reason == "length"
+    assert decoded.output_logprobs == [-2.0, -1.0] and decoded.finish_reason == "length"
+    # A generated token without its logprob beside ones with theirs is never training data (strands_tito.checks).
+    with pytest.raises(spans.SpanSchemaError, match="missing"):
+        spans.decode_span({**attributes, spans.OUTPUT_LOGPROBS: spans.encode_logprobs([None, -1.0], "packed")})
     with pytest.raises(spans.SpanSchemaError, match="differ in length"):
         spans.decode_span({**attributes, spans.OUTPUT_LOGPROBS: spans.encode_logprobs([None], "packed")})
     with pytest.raises(spans.SpanSchemaError, match=r"tito\.call\.index is -1, outside"):

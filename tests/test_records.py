@@ -24,7 +24,7 @@ def token_record() -> dict[str, Any]:
     """A token trajectory of two turns with an image, rewards, a resource and a tool-parse error."""
     trajectory = Trajectory(trajectory_id="tok-1")
     trajectory.append_turn(
-        [1, 7, 2], [3, 4], finish_reason="stop", output_logprobs=[-0.5, None], image_data=[IMAGE], image_token_id=7
+        [1, 7, 2], [3, 4], finish_reason="stop", output_logprobs=[-0.5, -0.25], image_data=[IMAGE], image_token_id=7
     )
     trajectory.append_turn([5, 6], [8], finish_reason="length", output_logprobs=[-0.25], cached_tokens=5)
     record = TrajectoryRecord(

@@ -1,4 +1,5 @@
-"""The whole-array reply checks accept and reject exactly what the per-entry checks did, with the same errors."""
+"""The whole-array reply checks accept and reject exactly what the per-entry rule (``checks.logprob_value``) does,
+with the same errors; where a logprob may be missing is the caller's ``missing``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strands_tito.providers import reply_checks, vllm
+from strands_tito import checks
+from strands_tito.providers import vllm
 from strands_tito.providers.reply_checks import finite_logprobs, is_token_id_list, keyed_logprobs, triple_logprobs
-from strands_tito.providers.sglang import SGLangResponseError, _parse_reply
-from strands_tito.providers.token_model import check_token_ids, finite_logprob
+from strands_tito.providers.sglang import SGLangInvalidSampleError, SGLangResponseError, _parse_reply
+from strands_tito.providers.token_model import check_token_ids
 from strands_tito.providers.vllm import VLLMResponseError
+
+
+def finite_logprob(value: Any, where: str, error: Any, missing_ok: bool = True) -> float | None:
+    return checks.logprob_value(value, where, error, missing_ok=missing_ok)
+
 
 # -- the per-entry reference (the checks as they were written before they became whole-array passes) --------------
 
@@ -28,24 +35,20 @@ def ref_triples(entries: Any, expected: Sequence[int], where: str) -> list[float
     if not isinstance(entries, list) or len(entries) != len(expected):
         got = len(entries) if isinstance(entries, list) else type(entries).__name__
         raise SGLangResponseError(f"{where}: expected {len(expected)} entries, got {got}")
-    out: list[float | None] = []
-    for i, (entry, token) in enumerate(zip(entries, expected, strict=True)):
+    for i, (entry, token) in enumerate(zip(entries, expected, strict=True)):  # the shape first, then the values
         if not isinstance(entry, list | tuple) or len(entry) < 2 or entry[1] != token:
-            raise SGLangResponseError(f"{where}[{i}]: entry {entry!r} does not describe token {token}")
-        out.append(finite_logprob(entry[0], f"{where}[{i}]", SGLangResponseError))
-    return out
+            raise SGLangResponseError(f"{where}[{i}]: entry {entry!r:.200} does not describe token {token}")
+    return [finite_logprob(entry[0], f"{where}[{i}]", SGLangResponseError) for i, entry in enumerate(entries)]
 
 
 def ref_keyed(entries: Any, expected: Sequence[int], where: str) -> list[float | None]:
     if not isinstance(entries, list) or len(entries) != len(expected):
         got = len(entries) if isinstance(entries, list) else type(entries).__name__
         raise VLLMResponseError(f"{where}: expected {len(expected)} entries, got {got}")
-    out: list[float | None] = []
     for i, (entry, token) in enumerate(zip(entries, expected, strict=True)):
         if not isinstance(entry, dict) or entry.get("token_id") != token:
-            raise VLLMResponseError(f"{where}[{i}]: entry {entry!r} does not describe token {token}")
-        out.append(finite_logprob(entry.get("logprob"), f"{where}[{i}]", VLLMResponseError))
-    return out
+            raise VLLMResponseError(f"{where}[{i}]: entry {entry!r:.200} does not describe token {token}")
+    return [finite_logprob(e.get("logprob"), f"{where}[{i}]", VLLMResponseError) for i, e in enumerate(entries)]
 
 
 def ref_prompt(entries: Any, input_ids: Sequence[int], new_prompt: int, where: str) -> list[float | None]:
@@ -60,19 +63,19 @@ def ref_prompt(entries: Any, input_ids: Sequence[int], new_prompt: int, where: s
         found = entry.get(str(input_ids[position])) if isinstance(entry, dict) else None
         if not isinstance(found, dict):
             raise VLLMResponseError(f"{where}[{position}]: no entry for token {input_ids[position]}")
-        out.append(finite_logprob(found.get("logprob"), f"{where}[{position}]", VLLMResponseError))
-    return out
+        out.append(found.get("logprob"))
+    return [finite_logprob(v, f"{where}[{i}]", VLLMResponseError) for i, v in enumerate(out)]
 
 
 def outcome(fn: Callable[[], Any]) -> tuple[str, Any]:
     try:
         return "ok", fn()
     except (SGLangResponseError, VLLMResponseError) as e:
-        return type(e).__name__, str(e)
+        return "error", str(e)
 
 
-BAD_LOGPROBS = [math.nan, math.inf, -math.inf, True, False, "-0.5", "x", [0.1], {"a": 1}, b"1"]
-GOOD_LOGPROBS = [None, 0, -3, -0.25, 0.0, -1e-300, -1e300]
+BAD_LOGPROBS = [math.nan, math.inf, -math.inf, True, False, "-0.5", "x", [0.1], {"a": 1}, b"1", -1e39, -1e300]
+GOOD_LOGPROBS = [None, 0, -3, -0.25, 0.0, -1e-300, -3e38]
 
 
 def mutations(rng: random.Random, n: int) -> list[tuple[list[Any], list[int]]]:
@@ -107,7 +110,7 @@ _long_floats = st.builds(
     lambda first, body, tail: [*first, *body, *tail],
     st.sampled_from([[], [None]]),
     st.lists(st.floats(-1e3, 0.0), min_size=65, max_size=120),
-    st.lists(st.sampled_from([math.nan, math.inf, -math.inf, None, 1.7e308, -1.7e308, -0.5]), max_size=3),
+    st.lists(st.sampled_from([math.nan, math.inf, -math.inf, None, 1.7e308, -1.7e308, -1e39, -0.5]), max_size=3),
 )
 
 
@@ -126,14 +129,13 @@ def test_long_float_logprobs_take_the_sum_check_with_the_per_entry_result(
         assert all(a is b for a, b in zip(fast[1], values, strict=True))  # the reply's own float objects
 
 
-def test_the_sum_check_is_only_a_shortcut() -> None:
-    """An overflowing sum of finite values, or a None after the first, is no verdict: numpy then decides."""
-    assert reply_checks._all_finite([None, -0.5, -1.0])
-    assert not reply_checks._all_finite([-1.7e308] * 2)
-    assert not reply_checks._all_finite([-0.5, None])
-    assert not reply_checks._all_finite([-0.5, math.nan])
+def test_float32_range_is_part_of_the_rule() -> None:
+    """Finite as a double but infinite as float32 (what spans and records store) is refused here, at the reply."""
     huge = [-1.7e308] * 100
-    assert finite_logprobs(huge, "lp", SGLangResponseError) == huge
+    with pytest.raises(SGLangResponseError, match=r"lp\[0\]: logprob .* beyond float32"):
+        finite_logprobs(huge, "lp", SGLangResponseError)
+    edge = [-3.4028234663852886e38] * 70
+    assert finite_logprobs(edge, "lp", SGLangResponseError) == edge
 
 
 @pytest.mark.parametrize("before", [1, 200])  # a short reply (plain loop) and a long one (numpy)
@@ -168,12 +170,14 @@ def test_triples_match_the_per_entry_check(n: int) -> None:
         variants.append((broken, ids))
         variants.append((entries[:-1], ids))  # wrong length
         for got, expected in variants:
-            fast = outcome(lambda g=got, e=expected: triple_logprobs(g, e, "w", SGLangResponseError))
+            fast = outcome(
+                lambda g=got, e=expected: triple_logprobs(g, e, "w", SGLangResponseError, missing="anywhere")
+            )
             assert fast == outcome(lambda g=got, e=expected: ref_triples(g, e, "w")), (got, expected)
-    assert outcome(lambda: triple_logprobs({"a": 1}, [1], "w", SGLangResponseError)) == outcome(
+    assert outcome(lambda: triple_logprobs({"a": 1}, [1], "w", SGLangResponseError, missing="never")) == outcome(
         lambda: ref_triples({"a": 1}, [1], "w")
     )
-    assert triple_logprobs([], [], "w", SGLangResponseError) == []
+    assert triple_logprobs([], [], "w", SGLangResponseError, missing="never") == []
 
 
 @pytest.mark.parametrize("n", [1, 5, 300])
@@ -193,7 +197,7 @@ def test_keyed_entries_match_the_per_entry_check(n: int) -> None:
         else:
             broken[i] = None
         for got in (entries, broken, entries[1:]):
-            fast = outcome(lambda g=got, e=ids: keyed_logprobs(g, e, "w", VLLMResponseError))
+            fast = outcome(lambda g=got, e=ids: keyed_logprobs(g, e, "w", VLLMResponseError, missing="anywhere"))
             assert fast == outcome(lambda g=got, e=ids: ref_keyed(g, e, "w")), got
 
 
@@ -245,29 +249,40 @@ def _reply(input_ids: list[int], output_ids: list[int], start: int, input_lps: l
     }
 
 
-@pytest.mark.parametrize("bad", [math.nan, math.inf, True, "-0.5"])
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (math.nan, "not a finite"),
+        (math.inf, "not a finite"),
+        (True, "not a number"),
+        ("-0.5", "not a number"),
+        (None, "missing"),
+        (-1e39, "beyond float32"),
+    ],
+)
 @pytest.mark.parametrize("where", ["input", "output"])
-def test_parse_reply_rejects_a_bad_logprob_anywhere(bad: Any, where: str) -> None:
+def test_parse_reply_rejects_a_bad_logprob_anywhere(bad: Any, reason: str, where: str) -> None:
+    """A null (SGLang's JSON for NaN) is refused at a generated token and at a new prompt token but the first."""
     input_ids, output_ids = list(range(10, 40)), [7, 8, 9]
     input_lps: list[Any] = [None] + [-0.5] * 20
     output_lps: list[Any] = [-0.1, -0.2, -0.3]
     (input_lps if where == "input" else output_lps)[2] = bad
     reply = _reply(input_ids, output_ids, 9, input_lps, output_lps)
-    with pytest.raises(SGLangResponseError, match=rf"{where}_token_logprobs\[2\]: logprob .* is not a finite number"):
+    with pytest.raises(SGLangInvalidSampleError, match=rf"{where}_token_logprobs\[2\]: logprob .*{reason}"):
         _parse_reply(reply, input_ids, 20, 9, True, False)
 
 
-def test_parse_reply_keeps_nulls_and_the_new_prompt_only() -> None:
+def test_parse_reply_keeps_the_new_prompt_only() -> None:
     input_ids, output_ids = list(range(10, 40)), [7, 8, 9]
-    input_lps: list[Any] = [None, -1, None] + [-0.5] * 18
-    reply = _reply(input_ids, output_ids, 9, input_lps, [-0.1, None, 0])
+    input_lps: list[Any] = [None, -1, -2] + [-0.5] * 18
+    reply = _reply(input_ids, output_ids, 9, input_lps, [-0.1, -1, 0])
     parsed = _parse_reply(reply, input_ids, 20, 9, True, False)
-    assert parsed.prompt_logprobs == [-1.0, None] + [-0.5] * 18
-    assert parsed.output_logprobs == [-0.1, None, 0.0]
+    assert parsed.prompt_logprobs == [-1.0, -2.0] + [-0.5] * 18
+    assert parsed.output_logprobs == [-0.1, -1.0, 0.0]
     reply["output_ids"] = [7, True, 9]
     with pytest.raises(SGLangResponseError, match="no output_ids list of token ids"):
         _parse_reply(reply, input_ids, 20, 9, True, False)
-    reply = _reply(input_ids, output_ids, 9, input_lps, [-0.1, None, 0])
+    reply = _reply(input_ids, output_ids, 9, input_lps, [-0.1, -1, 0])
     reply["meta_info"]["input_token_logprobs"][5][1] += 1
     with pytest.raises(SGLangResponseError, match=r"input_token_logprobs\[5\]: entry .* does not describe token"):
         _parse_reply(reply, input_ids, 20, 9, True, False)

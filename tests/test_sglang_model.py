@@ -107,6 +107,7 @@ async def test_parallel_tool_results_follow_call_order(start_engine, qwen3) -> N
     # Strands collects results in completion order; the invalid name is a strict-parse error that never runs ...
     results = [b["toolResult"]["content"][0]["text"] for b in agent.messages[2]["content"]]
     (rejected,) = [r for r in results if r.startswith("Invalid tool call: unknown tool 'not a valid name!'")]
+    assert model.tool_parse_errors == {"unknown_tool": 1}  # a name Strands refuses is reported as unknown_tool
     assert sorted(r for r in results if r != rejected) == ["echo:first", "echo:third"]
     # ... but the model sees the results in the order it made the calls.
     turn = model.token_manager.turns[1]
@@ -139,7 +140,7 @@ async def test_thinking(start_engine, qwen3, enable_thinking: bool) -> None:  # 
     assert_matches_engine(trajectory, generate_records(engine))
 
 
-# Output token sequences that decode-then-encode would change (offline-testing.md §1.5).
+# Output token sequences that decode-then-encode would change (each case checked against the real Qwen3 vocabulary).
 DRIFT_CASES = {
     "tool_call_tag_in_pieces": [27, 14172, 13429, 29],  # "<tool_call>" spelled as plain text pieces
     "double_newline_split": [198, 198],  # "\n" "\n" instead of "\n\n"
@@ -423,3 +424,22 @@ async def test_structured_output_uses_json_schema(start_engine, qwen3) -> None: 
     schema = record.request["sampling_params"]["json_schema"]
     assert isinstance(schema, str) and json.loads(schema) == Answer.model_json_schema()
     assert model.token_manager.token_ids == []
+
+
+async def test_first_prompt_logprobs_are_recorded_when_asked(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    engine = start_engine(Script(turns=[Reply(text="Hello!")]), Script(turns=[Reply(text="Hello!")]))
+    default = make_model(engine, qwen3)
+    await make_agent(default).invoke_async("Hi")
+    asked = make_model(engine, qwen3, first_prompt_logprobs=True)
+    await make_agent(asked).invoke_async("Hi")
+    off, on = generate_records(engine)
+    # Off (the default) the first request asks for none, which keeps the shared prefix cacheable ...
+    assert off.request["logprob_start_len"] == -1
+    assert set(default.trajectory.logprobs[: default.trajectory.initial_prompt_length]) == {None}
+    # ... on, it asks from position 0 as strands-sglang 0.6 does, and records what the server answered.
+    assert on.request["logprob_start_len"] == 0
+    prompt = asked.trajectory.initial_prompt_length
+    served = [entry[0] for entry in on.response["meta_info"]["input_token_logprobs"]]
+    assert len(served) == prompt and served[0] is None and None not in served[1:]
+    assert asked.trajectory.logprobs[:prompt] == served
+    assert_matches_engine(asked.trajectory, [on])

@@ -14,14 +14,10 @@ from transformers import PreTrainedTokenizerBase
 from strands_tito import SGLangModel
 from strands_tito.engine import Reply, Script
 from strands_tito.providers.tool_parsers import (
-    TOOL_PARSER_REGISTRY,
     TOOL_PARSERS,
     GLMToolParser,
     HermesToolParser,
-    KimiK2ToolParser,
-    ToolCall,
     ToolParserDetectionError,
-    ToolParseResult,
     detect_tool_parser,
     foreign_markup,
     get_tool_parser,
@@ -248,13 +244,3 @@ async def test_the_model_warns_about_foreign_markup_in_its_output(
         await agent.invoke_async("Go")
         await agent.invoke_async("Again")
     assert [r.getMessage().count("matching_parser=<kimi_k2>") for r in caplog.records] == [1]
-
-
-def test_strands_sglang_0_6_2_names() -> None:
-    assert TOOL_PARSER_REGISTRY is TOOL_PARSERS
-    assert ToolParseResult is ToolCall
-    assert TOOL_PARSER_REGISTRY["glm"] is GLMToolParser and TOOL_PARSER_REGISTRY["kimi_k2"] is KimiK2ToolParser
-    ok = ToolParseResult(id="x", name="calc", input={"a": 1}, raw="<raw>")
-    bad = ToolParseResult(id="y", name="calc", raw="<raw>", error="bad")
-    assert (ok.is_error, ok.payload) == (False, '{"a": 1}')
-    assert (bad.is_error, bad.payload) == (True, "<raw>")

@@ -17,13 +17,10 @@ The names below are loaded on first use (PEP 562), so ``import strands_tito.coll
 """
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import pkgutil
-import sys
-import types
-import warnings
 from typing import TYPE_CHECKING, Any
+
+from strands_tito.compat import install_module_paths
 
 # The collector and exporters live in the repository's collector/ and exporters/ folders; in a source checkout
 # they join this package from there (a wheel simply contains them).
@@ -38,10 +35,12 @@ if TYPE_CHECKING:
         RequestCancelledError,
         ServerConnectionError,
         ServerHTTPError,
+        ServerUnreachableError,
         StrandsTitoError,
         ThrottledError,
     )
     from strands_tito.providers.client import (
+        RetryPolicy,
         SGLangCancelledError,
         SGLangClient,
         SGLangClientError,
@@ -91,6 +90,7 @@ if TYPE_CHECKING:
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
     "record_reward": "capture.recorder",
+    "RetryPolicy": "providers.client",
     "SGLangCancelledError": "providers.client",
     "SGLangClient": "providers.client",
     "SGLangClientError": "providers.client",
@@ -106,6 +106,7 @@ _EXPORTS: dict[str, str] = {
     "RequestCancelledError": "errors",
     "ServerConnectionError": "errors",
     "ServerHTTPError": "errors",
+    "ServerUnreachableError": "errors",
     "StrandsTitoError": "errors",
     "ThrottledError": "errors",
     "LoopLimitReachedError": "providers.limiter",
@@ -146,54 +147,8 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-#: Modules that moved into the providers/ and capture/ groups: old path -> new path. Old paths keep working (the
-#: same module object) with a DeprecationWarning, except the module paths strands-sglang users import (its own
-#: module names, so switching stays a one-import change): those are permanent and silent.
-_MOVED: dict[str, str] = {
-    **{
-        f"strands_tito.{name}": f"strands_tito.providers.{name}"
-        for name in (
-            "client", "connection_pool", "families", "limiter", "prompt", "reasoning", "rendering", "reply_checks",
-            "sglang", "slime", "token_model", "tool_parsers", "vllm",
-        )
-    },
-    "strands_tito.instrument": "strands_tito.capture.switch_on",
-    "strands_tito.openai_capture": "strands_tito.capture.openai",
-    "strands_tito.spool": "strands_tito.capture.spool",
-    "strands_tito.spool_processor": "strands_tito.capture.spool_processor",
-    "strands_tito.rollout": "strands_tito.trajectory",
-}  # fmt: skip
-_STRANDS_SGLANG_PATHS = frozenset(
-    f"strands_tito.{name}" for name in ("client", "limiter", "rollout", "sglang", "tool_parsers")
-)
-
-
-class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Resolves an old module path (and its submodules) to the module at its new path."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        for old, new in _MOVED.items():
-            if fullname == old or fullname.startswith(old + "."):
-                return importlib.machinery.ModuleSpec(fullname, self, origin=new + fullname[len(old) :])
-        return None
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        if not any(spec.name == p or spec.name.startswith(p + ".") for p in _STRANDS_SGLANG_PATHS):
-            warnings.warn(
-                f"{spec.name} moved to {spec.origin}; the old path will be removed in the next release",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-        module = importlib.import_module(str(spec.origin))
-        sys.modules[spec.name] = module
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        pass  # the module at the new path has run already
-
-
-# First in line: for a submodule of a moved package the path finder would otherwise load a second copy of it.
-sys.meta_path.insert(0, _MovedModuleFinder())
+# strands-sglang 0.6's module paths (strands_tito.client, .exceptions, .tool_parsers.base, ...), served from compat/.
+install_module_paths()
 
 
 def __getattr__(name: str) -> Any:
@@ -225,6 +180,7 @@ __all__ = [
     "QwenXMLToolParser",
     "ReplyDecodingError",
     "RequestCancelledError",
+    "RetryPolicy",
     "Rollout",
     "SGLangAbortedError",
     "SGLangCancelledError",
@@ -241,6 +197,7 @@ __all__ = [
     "Segment",
     "ServerConnectionError",
     "ServerHTTPError",
+    "ServerUnreachableError",
     "StrandsTitoError",
     "ThrottledError",
     "TokenClient",

@@ -247,6 +247,11 @@ class TrajectoryAssembler:
         """Finish one trajectory now (an explicit end decided outside the spans)."""
         return self._finish(trajectory_id, reason) if trajectory_id in self._pending else None
 
+    def reopen(self, trajectory_id: str) -> None:
+        """Take spans of a trajectory again after its record could not be kept (e.g. the store's disk was full):
+        the reader adds its spans once more and it is finished again."""
+        self._finished.pop(trajectory_id, None)
+
     def _finish(self, tid: str, missing_end_reason: str | None) -> TrajectoryRecord:
         pending = self._pending.pop(tid)
         self._finished[tid] = None

@@ -12,6 +12,8 @@ commands:
   engine    run the local test/dev engine, a scripted SGLang/vLLM stand-in (strands-tito engine --help)
   collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
   inspect   show trajectories from a JSONL or Parquet file (strands-tito inspect --help)
+
+  --version print the installed version
 """
 
 
@@ -19,6 +21,11 @@ def main(argv: list[str] | None = None) -> int:
     """Dispatch to a sub-command."""
     args = sys.argv[1:] if argv is None else argv
     command, rest = (args[0], args[1:]) if args else ("", [])
+    if command in ("--version", "-V"):
+        from importlib.metadata import version
+
+        print(f"strands-tito {version('strands-tito')}")
+        return 0
     if command == "demo":
         from strands_tito.demo import main as demo_main
 

@@ -1,6 +1,6 @@
 """The main job on the embedded default: the whole path on one machine.
 
-Local SGLang-protocol engine -> an unchanged example agent (``examples/capture_agent.py``), switched on by
+Local SGLang-protocol engine -> an ordinary agent (:mod:`strands_tito.demo_agent`, run unchanged), switched on by
 environment variables only -> OTLP -> the collector -> trajectories written to JSONL -> shown, and checked token for
 token against what the engine received and produced.
 
@@ -31,7 +31,7 @@ from strands_tito.providers.rendering import render_chat_template
 from strands_tito.tokenizers import build_qwen3_tokenizer
 from strands_tito.viewer import Decoder, render_text
 
-AGENT = Path(__file__).resolve().parents[2] / "examples" / "capture_agent.py"
+AGENT = "strands_tito.demo_agent"
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 25, "b": 17}}\n</tool_call>'
 DEMO_SCRIPT = Script(turns=[Reply(text=CALL), Reply(text="25 + 17 = 42.")])
 _QUESTION = "What is 25 + 17? Use the add tool."
@@ -110,9 +110,6 @@ def run_demo(out: Path = Path("strands-tito-demo"), chat_template: str | None = 
 
     ``chat_template`` names a model family (``glm-4.6``, ``llama-3.1``, ...) to run on instead of Qwen3.
     """
-    if not AGENT.exists():
-        print(f"strands-tito demo needs the repository's examples/ folder ({AGENT} not found)", file=sys.stderr)
-        return 2
     out.mkdir(parents=True, exist_ok=True)
     output = out / "trajectories.jsonl"
     already = len(output.read_text().splitlines()) if output.exists() else 0
@@ -132,8 +129,10 @@ def run_demo(out: Path = Path("strands-tito-demo"), chat_template: str | None = 
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.http_port}",
                 "OTEL_SERVICE_NAME": "strands-tito-demo",
             }
-            print(f"engine {engine.base_url}, collector http://127.0.0.1:{collector.http_port}; running {AGENT.name}")
-            done = subprocess.run([sys.executable, str(AGENT)], env=env, capture_output=True, text=True, timeout=300)
+            print(
+                f"engine {engine.base_url}, collector http://127.0.0.1:{collector.http_port}; running python -m {AGENT}"
+            )
+            done = subprocess.run([sys.executable, "-m", AGENT], env=env, capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
                 print(done.stdout + done.stderr, file=sys.stderr)
                 return 1

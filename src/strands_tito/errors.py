@@ -19,6 +19,7 @@ for SGLang and vLLM alike)::
     │   │   ├── ThrottledError = SGLangThrottledError          429/503 through every retry
     │   │   └── VLLMEndpointError (vllm)               vLLM refuses or lacks the endpoint the config needs
     │   ├── ServerConnectionError = SGLangConnectionError   unreachable, or the connection broke mid-reply
+    │   │   └── ServerUnreachableError                   no connection could be opened (the server is down)
     │   ├── ReplyDecodingError = SGLangDecodingError     200 with a body that is not the expected JSON
     │   ├── RequestCancelledError = SGLangCancelledError  the caller's cancel signal was set
     │   ├── TokenResponseError (generation)            the reply breaks the protocol
@@ -30,9 +31,11 @@ for SGLang and vLLM alike)::
     │   ├── HistoryRewrittenError (token_model)        the agent's history is no longer append-only
     │   └── ImagesNotSupportedError (token_model)      images for a provider or model that cannot take them
     ├── HTTPTransportError (connection_pool)         the lean HTTP/1.1 pool's own failures (mapped by the client)
-    │   └── HTTPTimeout
+    │   ├── HTTPTimeout
+    │   └── HTTPConnectError
     ├── PromptError (prompt), also ValueError        the messages cannot be rendered to tokens
     ├── ToolParserDetectionError (tool_parsers.detect), also ValueError   no tool parser fits the tokenizer
+    ├── UnknownToolParserError (tool_parsers), also KeyError and ValueError   no parser has that name
     ├── TemplateFetchError (chat_templates), also RuntimeError   a chat template could not be fetched
     ├── SdistFetchError (sdist), also RuntimeError            an sdist could not be fetched from PyPI
     ├── TrajectoryError (trajectory), also ValueError   a turn or record breaks the trajectory's invariants
@@ -64,6 +67,7 @@ __all__ = [
     "RequestCancelledError",
     "ServerConnectionError",
     "ServerHTTPError",
+    "ServerUnreachableError",
     "StrandsTitoError",
     "ThrottledError",
 ]
@@ -83,15 +87,17 @@ class GenerationError(StrandsTitoError):
 class ServerHTTPError(GenerationError):
     """The server answered with an error status.
 
+    Constructed as strands-sglang 0.6's ``SGLangHTTPError(message, *, status, body)``.
+
     Attributes:
         status: HTTP status code.
         body: Response body as text.
     """
 
-    def __init__(self, status: int, body: str, message: str | None = None) -> None:
+    def __init__(self, message: str, *, status: int, body: str = "") -> None:
+        super().__init__(message)
         self.status = status
         self.body = body
-        super().__init__(message or f"SGLang returned HTTP {status}: {body[:500]}")
 
 
 class ContextLengthError(ServerHTTPError):
@@ -104,6 +110,10 @@ class ThrottledError(ServerHTTPError):
 
 class ServerConnectionError(GenerationError):
     """The server could not be reached, or the connection broke before a full reply arrived."""
+
+
+class ServerUnreachableError(ServerConnectionError):
+    """No connection could be opened to the server (refused, no route), through the client's whole retry window."""
 
 
 class ReplyDecodingError(GenerationError):

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from strands_tito import checks
 from strands_tito.errors import StrandsTitoError
 from strands_tito.records import CALL_FIELDS
 from strands_tito.span_images import ImageSchemaError, SpanImage, decode_images
@@ -66,7 +67,7 @@ STRANDS_ATTRIBUTE_BUDGET = 40
 MAX_TRAJECTORY_ID = 512
 MAX_NAME = 1024
 MAX_INDEX = 2**31 - 1
-FINISH_REASONS = ("stop", "length", "abort")
+FINISH_REASONS = checks.FINISH_REASONS
 END_UNITS = ("turns", "calls")
 
 SPAN_TURN = "chat"
@@ -107,44 +108,12 @@ def encode_logprobs(logprobs: Sequence[float | None] | bytes, encoding: Encoding
 
 def _ids_array(value: Any, what: str) -> Any:
     """Token IDs as a validated int32 numpy array (no Python objects made for packed bytes)."""
-    if isinstance(value, bytes):
-        if len(value) % 4:
-            raise SpanSchemaError(f"{what}: {len(value)} bytes is not a whole number of 4-byte values")
-        ids = np.frombuffer(value, dtype="<i4")
-    elif isinstance(value, list | tuple) and set(map(type, value)) <= {int}:  # one C-level pass
-        try:
-            ids = np.array(value, dtype=np.int64)
-        except OverflowError:
-            raise SpanSchemaError(f"{what}: token id out of range") from None
-    else:
-        raise SpanSchemaError(f"{what}: expected packed int32 bytes or an int array, got {type(value).__name__}")
-    if ids.size and ids.min() < 0:
-        raise SpanSchemaError(f"{what}: negative token id")
-    if ids.dtype != np.dtype("<i4") and ids.size and ids.max() > MAX_INDEX:  # packed int32 cannot exceed it
-        raise SpanSchemaError(f"{what}: token id beyond int32")
-    return ids
+    return checks.token_id_array(value, what, SpanSchemaError)
 
 
-def _logprobs_array(value: Any, what: str) -> Any:
-    """Logprobs as a validated float numpy array, NaN where the value is missing."""
-    if isinstance(value, bytes):
-        if len(value) % 4:
-            raise SpanSchemaError(f"{what}: {len(value)} bytes is not a whole number of 4-byte values")
-        values = np.frombuffer(value, dtype="<f4")
-    elif isinstance(value, list | tuple) and (
-        set(map(type, value)) <= {int, float}  # one C-level pass; subclasses take the exact check below
-        or all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
-    ):
-        try:
-            values = np.array(value, dtype=np.float64)
-        except OverflowError:
-            raise SpanSchemaError(f"{what}: logprob out of range") from None
-    else:
-        raise SpanSchemaError(f"{what}: expected packed float32 bytes or a float array, got {type(value).__name__}")
-    # NaN means "not asked for"; an infinity cannot be written as JSON and is no log-probability a trainer can use.
-    if np.isinf(values).any():
-        raise SpanSchemaError(f"{what}: a logprob is infinite")
-    return values
+def _logprobs_array(value: Any, what: str, missing: checks.Missing) -> Any:
+    """Logprobs as a validated float numpy array, NaN where the value is missing (not asked for)."""
+    return checks.logprob_array(value, what, SpanSchemaError, missing=missing)
 
 
 def _ids_list(ids: Any) -> list[int]:
@@ -359,7 +328,9 @@ def _digest(attributes: Mapping[str, Any]) -> int:
 def _decode_call(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool) -> CallSpan | SpanRef:
     prompt_ids = _ids_array(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
     output_ids = _ids_array(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
-    output_logprobs = _logprobs_array(_get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS)
+    output_logprobs = _logprobs_array(
+        _get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS, "all_or_none"
+    )
     if len(output_logprobs) != len(output_ids):
         raise SpanSchemaError("logprob arrays and token arrays differ in length")
     if not len(prompt_ids) or not len(output_ids):
@@ -426,9 +397,7 @@ def _routed_experts(raw: Any, prefix_length: int, new_tokens: int) -> bytes | No
         return None
     if not isinstance(raw, bytes):
         raise SpanSchemaError(f"{ROUTED_EXPERTS} must be bytes")
-    rows = new_tokens if prefix_length else new_tokens - 1
-    if raw and rows > 0 and len(raw) % (4 * rows):
-        raise SpanSchemaError(f"{ROUTED_EXPERTS} has {len(raw)} bytes, not whole int32 rows for {rows} positions")
+    checks.routed_expert_rows(raw, prefix_length, new_tokens, ROUTED_EXPERTS, SpanSchemaError)
     return raw
 
 
@@ -480,8 +449,12 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
 def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool) -> TurnSpan | SpanRef:
     prompt_ids = _ids_array(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
     output_ids = _ids_array(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
-    prompt_logprobs = _logprobs_array(_get(attributes, PROMPT_LOGPROBS, (bytes, list, tuple)), PROMPT_LOGPROBS)
-    output_logprobs = _logprobs_array(_get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS)
+    prompt_logprobs = _logprobs_array(
+        _get(attributes, PROMPT_LOGPROBS, (bytes, list, tuple)), PROMPT_LOGPROBS, "anywhere"
+    )
+    output_logprobs = _logprobs_array(
+        _get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS, "all_or_none"
+    )
     if len(prompt_logprobs) != len(prompt_ids) or len(output_logprobs) != len(output_ids):
         raise SpanSchemaError("logprob arrays and token arrays differ in length")
     errors = _tool_parse_errors(attributes.get(TOOL_PARSE_ERRORS))
@@ -500,9 +473,7 @@ def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
             raise SpanSchemaError(str(e)) from None
         if image_token_id is not None and int((prompt_ids == image_token_id).sum()) != len(images):
             raise SpanSchemaError(f"{IMAGES}: the prompt tokens hold a placeholder count other than {len(images)}")
-    finish_reason = _get_str(attributes, FINISH_REASON)
-    if finish_reason not in FINISH_REASONS:
-        raise SpanSchemaError(f"unknown {FINISH_REASON} {finish_reason[:64]!r} (one of {', '.join(FINISH_REASONS)})")
+    finish_reason = checks.finish_reason(_get_str(attributes, FINISH_REASON), FINISH_REASON, SpanSchemaError)
     cached_tokens = _get_int(attributes, CACHED_TOKENS, 0, MAX_INDEX) if CACHED_TOKENS in attributes else 0
     request_id = _opt_str_attr(attributes, REQUEST_ID)
     weight_version = _opt_str_attr(attributes, WEIGHT_VERSION)

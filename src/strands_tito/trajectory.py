@@ -8,35 +8,34 @@ leaves no partial segment behind.
 from __future__ import annotations
 
 import base64
-import itertools
-import math
-import operator
+import copy
 import re
 import sys
 import uuid
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, cast, overload
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import numpy as np
 import orjson
 from numpy.typing import NDArray
 
+from strands_tito import checks
+from strands_tito.checks import FinishReason as FinishReason  # the trajectory's name for it since 0.1
 from strands_tito.errors import StrandsTitoError
+from strands_tito.prompt_ids import PromptIds
 
-FinishReason = Literal["stop", "length", "abort"]
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import CoreSchema
+
+    from strands_tito.trajectory_fields import TrajectoryFields
+
 #: What an image of a trajectory must look like: a base64 data URL of an image type (what SGLang's ``image_data``
 #: takes and what a trainer decodes without fetching anything).
 _DATA_URL = re.compile(r"data:image/[A-Za-z0-9.+-]+;base64,[A-Za-z0-9+/]+={0,2}")
-
-
-#: Up to this many values, a turn's ids and logprobs are checked and packed without numpy.
-_SMALL = 64
-_NAN = float("nan")
-_NAN_F4 = np.array([_NAN], dtype="<f4").tobytes()
-_FLOAT_OR_NONE = frozenset({float, type(None)})
 
 
 class TrajectoryError(StrandsTitoError, ValueError):
@@ -104,90 +103,14 @@ class Turn:
 
 
 def _check_logprobs(
-    name: str, logprobs: Sequence[float | None] | None, expected: int
+    name: str, logprobs: Sequence[float | None] | None, expected: int, missing: checks.Missing
 ) -> tuple[list[float | None], bytes]:
-    """Validated logprobs, and the same as little-endian float32 bytes (NaN where None)."""
+    """Validated logprobs (:func:`strands_tito.checks.logprobs`), and the same as little-endian float32 bytes."""
     if logprobs is None:
         return [None] * expected, np.full(expected, np.nan, dtype="<f4").tobytes()
-    values = list(logprobs)
-    if len(values) != expected:
-        raise TrajectoryError(f"{name}: {len(values)} logprobs for {expected} tokens")
-    if len(values) <= _SMALL and all(type(v) is float or v is None for v in values):
-        return _check_small_logprobs(name, values)
-    floats_only = set(map(type, values)) <= _FLOAT_OR_NONE
-    packed = _pack_float_logprobs(values) if floats_only else None
-    if packed is not None:
-        return values, packed
-    missing = values.count(None)
-    try:
-        doubles = np.array(values, dtype=np.float64)  # None becomes NaN
-    except (TypeError, ValueError):
-        raise TrajectoryError(f"{name}: a logprob is not a number") from None
-    if doubles.ndim != 1 or int(np.isnan(doubles).sum()) != missing:
-        raise TrajectoryError(f"{name}: a logprob is NaN or not a number")
-    with np.errstate(over="ignore"):  # beyond float32's range is -inf there, as array("f") and the spans have it
-        packed = doubles.astype("<f4").tobytes()
-    if floats_only:  # keep the float objects the reply already has
-        return values, packed
-    checked: list[float | None] = doubles.tolist()
-    if missing:  # the NaNs are exactly the Nones
-        for i in np.flatnonzero(np.isnan(doubles)).tolist():
-            checked[i] = None
-    return checked, packed
-
-
-def _pack_float_logprobs(values: list[float | None]) -> bytes | None:
-    """Float32 bytes of ``values`` (floats and Nones only) if no value is NaN and no None but the first; else None.
-
-    The reply of a turn that brings in a long tool result has this shape (SGLang reports no logprob for the first new
-    prompt position). Two C-level passes: ``array("f")`` (which refuses a later None) and ``sum``, which is NaN if a
-    value is NaN; an inf and a -inf also give NaN, and :func:`_check_logprobs` then decides.
-    """
-    if not values:
-        return None
-    first_missing = values[0] is None
-    floats = cast("list[float]", values[1:] if first_missing else values)  # until array("f") finds a None
-    try:
-        packed = array("f", floats)
-    except TypeError:  # another None
-        return None
-    if math.isnan(sum(floats)):
-        return None
-    return (_NAN_F4 if first_missing else b"") + _little_endian(packed)
-
-
-def _check_ids(name: str, ids: Sequence[int]) -> tuple[list[int], bytes]:
-    """Validated token IDs, and the same as little-endian int32 bytes."""
-    checked = list(ids)
-    try:
-        packed = array("i", checked)  # C-speed check: refuses floats, strings, None and out-of-range values
-    except (TypeError, OverflowError):
-        raise TrajectoryError(f"{name}: token ids must be int32 integers") from None
-    if packed.itemsize != 4:
-        raise TrajectoryError("this platform has no 4-byte C int")
-    if len(checked) <= _SMALL:
-        if checked and min(checked) < 0:
-            raise TrajectoryError(f"{name}: token ids must be non-negative")
-        return checked, _little_endian(packed)
-    values = np.frombuffer(packed, dtype=np.int32)
-    if values.size and values.min() < 0:
-        raise TrajectoryError(f"{name}: token ids must be non-negative")
-    return checked, values.astype("<i4", copy=False).tobytes()
-
-
-def _check_small_logprobs(name: str, values: list[float | None]) -> tuple[list[float | None], bytes]:
-    """:func:`_check_logprobs` for a few floats and Nones: the same result without numpy (a turn's output and the
-    new prompt after a tool call are usually this short, and numpy's set-up costs more than the check)."""
-    if any(v != v for v in values):  # NaN is the only float not equal to itself
-        raise TrajectoryError(f"{name}: a logprob is NaN or not a number")
-    return values, _little_endian(array("f", [_NAN if v is None else v for v in values]))
-
-
-def _little_endian(packed: array[Any]) -> bytes:
-    if sys.byteorder == "big":
-        packed = array(packed.typecode, packed)
-        packed.byteswap()
-    return packed.tobytes()
+    if len(logprobs) != expected:
+        raise TrajectoryError(f"{name}: {len(logprobs)} logprobs for {expected} tokens")
+    return checks.logprobs(logprobs, name, TrajectoryError, missing=missing)
 
 
 class _CheckedTurn(NamedTuple):
@@ -327,23 +250,24 @@ class Trajectory:
         image_token_id: int | None,
     ) -> _CheckedTurn:
         """The validation half of :meth:`append_turn`: checks everything and changes nothing."""
-        prompt, prompt_packed = _check_ids("prompt_ids", prompt_ids)
-        output, output_packed = _check_ids("output_ids", output_ids)
+        prompt, prompt_packed = checks.token_ids(prompt_ids, "prompt_ids", TrajectoryError)
+        output, output_packed = checks.token_ids(output_ids, "output_ids", TrajectoryError)
         if not self.segments and not prompt:
             raise TrajectoryError("the first turn must start with a non-empty prompt")
         if not output:
             raise TrajectoryError("the model produced no tokens; nothing to record")
-        p_logprobs, p_packed = _check_logprobs("prompt_logprobs", prompt_logprobs, len(prompt))
-        o_logprobs, o_packed = _check_logprobs("output_logprobs", output_logprobs, len(output))
-        if finish_reason not in ("stop", "length", "abort"):
-            raise TrajectoryError(f"unknown finish_reason {finish_reason!r}")
+        p_logprobs, p_packed = _check_logprobs("prompt_logprobs", prompt_logprobs, len(prompt), "anywhere")
+        # A generated token's logprob is never missing while the turn's others are there (it would be training data).
+        o_logprobs, o_packed = _check_logprobs("output_logprobs", output_logprobs, len(output), "all_or_none")
+        checks.finish_reason(finish_reason, "finish_reason", TrajectoryError)
         start = len(self.token_ids)
         if prompt_tokens is not None and prompt_tokens != start + len(prompt):
             raise TrajectoryError(
                 f"server saw a {prompt_tokens}-token prompt but the trajectory prefix is {start + len(prompt)} tokens"
             )
         if routed_experts is not None:
-            self._check_routed_experts(routed_experts, start, len(prompt) + len(output))
+            turn_start = self._turn_start()
+            self._check_routed_experts(routed_experts, turn_start, start - turn_start + len(prompt) + len(output))
         images = tuple(image_data)
         for i, url in enumerate(images):
             if not isinstance(url, str) or not _DATA_URL.fullmatch(url):
@@ -374,21 +298,18 @@ class Trajectory:
         weight_version: str | None,
     ) -> Turn:
         """The commit half of :meth:`append_turn`, on a turn :meth:`_check_turn` accepted: nothing here can fail."""
-        prompt, output = new.prompt, new.output
         start = len(self.token_ids)
-        new_segments: list[Segment] = []
-        if prompt:
-            new_segments.append(Segment(False, start, len(prompt)))
-        new_segments.append(Segment(True, start + len(prompt), len(output)))
+        turn_start = self._turn_start()  # before ``start`` when prompt tokens were added by hand (add_prompt)
+        prefix_crc32 = self.crc32 if turn_start == start else zlib.crc32(memoryview(self.packed_ids)[: 4 * turn_start])
         turn = Turn(
             index=len(self.turns),
-            prompt_start=start,
-            prompt_length=len(prompt),
-            output_length=len(output),
+            prompt_start=turn_start,
+            prompt_length=start - turn_start + len(new.prompt),
+            output_length=len(new.output),
             finish_reason=new.finish_reason,
-            prefix_crc32=self.crc32,
+            prefix_crc32=prefix_crc32,
             matched_stop=matched_stop,
-            prompt_tokens=start + len(prompt),
+            prompt_tokens=start + len(new.prompt),
             cached_tokens=cached_tokens,
             latency_s=latency_s,
             request_id=request_id,
@@ -397,37 +318,84 @@ class Trajectory:
             image_data=new.images,
         )
         # Commit: nothing below can fail.
-        self.crc32 = zlib.crc32(new.output_packed, zlib.crc32(new.prompt_packed, self.crc32))
-        self.packed_ids += new.prompt_packed
-        self.packed_ids += new.output_packed
-        self.packed_logprobs += new.prompt_logprobs_packed
-        self.packed_logprobs += new.output_logprobs_packed
-        self.ids_json += (b"," if self.ids_json else b"") + orjson.dumps(prompt + output)[1:-1]
-        self.token_ids.extend(prompt)
-        self.token_ids.extend(output)
-        self.loss_mask.extend([0] * len(prompt))
-        self.loss_mask.extend([1] * len(output))
-        self.logprobs.extend(new.prompt_logprobs)
-        self.logprobs.extend(new.output_logprobs)
-        if self.segments and new_segments[0].is_output and self.segments[-1].is_output:
-            # Two outputs back to back (no new prompt tokens): keep one segment per contiguous run.
-            last = self.segments.pop()
-            new_segments[0] = Segment(True, last.start, last.length + new_segments[0].length)
-        self.segments.extend(new_segments)
+        self._extend(new.prompt, new.prompt_packed, new.prompt_logprobs, new.prompt_logprobs_packed, False)
+        self._extend(new.output, new.output_packed, new.output_logprobs, new.output_logprobs_packed, True)
         self.turns.append(turn)
         self.images.extend(new.images)
         return turn
+
+    def _extend(self, ids: list[int], packed: bytes, logprobs: list[float | None], logprobs_packed: bytes, /,
+                is_output: bool) -> None:  # fmt: skip
+        """Append checked tokens of one kind (one segment per run of a kind). Cannot fail."""
+        if not ids:
+            return
+        start = len(self.token_ids)
+        self.crc32 = zlib.crc32(packed, self.crc32)
+        self.packed_ids += packed
+        self.packed_logprobs += logprobs_packed
+        self.ids_json += (b"," if self.ids_json else b"") + orjson.dumps(ids)[1:-1]
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([int(is_output)] * len(ids))
+        self.logprobs.extend(logprobs)
+        if self.segments and self.segments[-1].is_output == is_output:
+            last = self.segments[-1]
+            self.segments[-1] = Segment(is_output, last.start, last.length + len(ids))
+        else:
+            self.segments.append(Segment(is_output, start, len(ids)))
+
+    def _turn_start(self) -> int:
+        """Where the next turn's prompt starts: right after the last turn's output."""
+        return self.turns[-1].output_start + self.turns[-1].output_length if self.turns else 0
+
+    # -- hand-built trajectories (strands-sglang 0.6's Rollout methods), checked like the model's own turns ---------
+
+    def add_prompt(self, token_ids: Sequence[int], logprobs: Sequence[float | None] | None = None) -> None:
+        """Append prompt tokens (loss mask 0), checked as :meth:`append_turn` checks a prompt; they begin the next
+        turn's prompt. Empty ``token_ids`` add nothing.
+
+        Raises:
+            TrajectoryError: The ids or logprobs are invalid; nothing is added.
+        """
+        ids, ids_packed = checks.token_ids(token_ids, "token_ids", TrajectoryError)
+        checked, packed = _check_logprobs("logprobs", logprobs, len(ids), "anywhere")
+        self._extend(ids, ids_packed, checked, packed, False)
+
+    def add_response(self, token_ids: Sequence[int], logprobs: Sequence[float | None] | None = None) -> None:
+        """Append model output (loss mask 1) as a turn through :meth:`append_turn` (finish reason ``stop``), its prompt
+        what :meth:`add_prompt` added since the last turn. Empty ``token_ids`` add nothing.
+
+        Raises:
+            TrajectoryError: Nothing was added before it (the first segment must be a prompt), or the ids or
+                logprobs are invalid; nothing is added.
+        """
+        if len(token_ids) == 0:
+            return
+        if not self.segments:
+            raise TrajectoryError("the first segment must be a prompt: call add_prompt() before add_response()")
+        self.append_turn((), token_ids, finish_reason="stop", output_logprobs=logprobs)
+
+    def add_routed_experts(self, routed_experts: str) -> None:
+        """Attach the last turn's base64 routed-experts slice, checked as :meth:`append_turn` checks one.
+
+        Raises:
+            TrajectoryError: There is no turn yet, the last one has its slice already, or the slice does not fit it.
+        """
+        if not self.turns:
+            raise TrajectoryError("routed experts belong to a turn: call add_response() first")
+        last = self.turns[-1]
+        if last.routed_experts is not None:
+            raise TrajectoryError(f"turn {last.index} has its routed experts already")
+        if not isinstance(routed_experts, str):
+            raise TrajectoryError("routed_experts must be a base64 string")
+        self._check_routed_experts(routed_experts, last.prompt_start, last.prompt_length + last.output_length)
+        self.turns[-1] = replace(last, routed_experts=routed_experts)
 
     def _check_routed_experts(self, encoded: str, start: int, new_tokens: int) -> None:
         try:
             raw = base64.b64decode(encoded, validate=True)
         except ValueError as e:
             raise TrajectoryError(f"routed_experts is not valid base64: {e}") from e
-        rows = new_tokens if start else new_tokens - 1
-        if rows <= 0:
-            return
-        if len(raw) % (4 * rows):
-            raise TrajectoryError(f"routed_experts has {len(raw)} bytes, not a whole number of rows for {rows} tokens")
+        checks.routed_expert_rows(raw, start, new_tokens, "routed_experts", TrajectoryError)
 
     def prompt_ids(self, new_ids: list[int]) -> PromptIds:
         """The next request's whole prompt: ``token_ids`` followed by ``new_ids``, ``token_ids`` not copied."""
@@ -456,60 +424,46 @@ class Trajectory:
             "image_data": list(self.images),
         }
 
+    # -- pydantic: a field type, with BaseModel's methods (strands-sglang 0.6's Rollout was a BaseModel) ----------
 
-class PromptIds(Sequence[int]):
-    """A request's whole prompt: the first ids of an append-only list (a trajectory's ``token_ids``) and the new ones.
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        """Validate a :class:`Trajectory` (kept as is) or its fields; serialize to its fields."""
+        from strands_tito.trajectory_fields import pydantic_schema
 
-    Read-only and not a copy: a list of the whole context would be made, touched id by id and freed again on every
-    model call, a cost that grows with the context. The ids it covers never change, since the trajectory only grows
-    (:meth:`Trajectory.append_turn`). Compares equal to a list (or another ``PromptIds``) of the same ids; use
-    ``list(ids)`` for a list.
-    """
+        return pydantic_schema(cls, handler)
 
-    __slots__ = ("_context", "_length", "_new")
+    def model_dump(self, *, mode: Literal["python", "json"] | str = "python") -> TrajectoryFields:
+        """The trajectory as plain data (:class:`~strands_tito.trajectory_fields.TrajectoryFields`, fresh lists);
+        ``mode="json"`` writes an infinite logprob as a string (JSON has no infinity)."""
+        from strands_tito.trajectory_fields import fields_of
 
-    def __init__(self, context: list[int], new: list[int]) -> None:
-        self._context = context
-        self._length = len(context)
-        self._new = new
+        return fields_of(self, json=mode == "json")
 
-    def __len__(self) -> int:
-        return self._length + len(self._new)
+    def model_dump_json(self, *, indent: int | None = None) -> str:
+        """:meth:`model_dump` (``mode="json"``) as JSON text (``indent`` given: two spaces)."""
+        return orjson.dumps(self.model_dump(mode="json"), option=orjson.OPT_INDENT_2 if indent else 0).decode()
 
-    @overload
-    def __getitem__(self, index: int) -> int: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[int]: ...
-    def __getitem__(self, index: int | slice) -> int | list[int]:
-        length = self._length
-        if isinstance(index, slice):
-            start, stop, step = index.indices(len(self))
-            if step != 1:
-                return [self[i] for i in range(start, stop, step)]
-            if start >= length:
-                return self._new[start - length : max(start, stop) - length]
-            return self._context[start : min(stop, length)] + self._new[: max(0, stop - length)]
-        position = operator.index(index)
-        if position < 0:
-            position += len(self)
-        if not 0 <= position < len(self):
-            raise IndexError("prompt index out of range")
-        return self._context[position] if position < length else self._new[position - length]
+    @classmethod
+    def model_validate(cls, obj: Any) -> Trajectory:
+        """``obj`` if it is a :class:`Trajectory`, else one rebuilt from its fields (:meth:`model_dump`'s or
+        strands-sglang 0.6's) through :meth:`append_turn` and :meth:`add_prompt`: :class:`TrajectoryError` if invalid.
+        """
+        from strands_tito.trajectory_fields import trajectory_from_fields
 
-    def __iter__(self) -> Iterator[int]:
-        return itertools.chain(itertools.islice(self._context, self._length), self._new)
+        return obj if isinstance(obj, cls) else trajectory_from_fields(cls(), obj)
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PromptIds | list):
-            return NotImplemented
-        ids = other if isinstance(other, list) else list(other)
-        length = self._length
-        return len(self) == len(ids) and self._new == ids[length:] and self._context[:length] == ids[:length]
+    @classmethod
+    def model_validate_json(cls, data: str | bytes | bytearray) -> Trajectory:
+        """:meth:`model_validate` of JSON text (not JSON: :class:`orjson.JSONDecodeError`, a ``ValueError``)."""
+        return cls.model_validate(orjson.loads(data))
 
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"PromptIds({len(self)} ids: {self._length} recorded + {self._new!r})"
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Trajectory:
+        """An independent copy (no list is shared, whatever ``deep``); with ``update``, one rebuilt from
+        :meth:`model_dump` with those fields replaced, checked as :meth:`model_validate` checks."""
+        if update:
+            return type(self).model_validate({**self.model_dump(), **update})
+        return replace(self, **{f.name: copy.copy(getattr(self, f.name)) for f in fields(self)})
 
 
 def pack_int32(ids: Sequence[int]) -> bytes:

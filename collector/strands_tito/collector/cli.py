@@ -14,6 +14,7 @@ from pathlib import Path
 from strands_tito.exporters import ExporterConfigError
 
 from .service import BindError, CollectorConfig, serve
+from .store import StoreInUse
 
 TOKEN_ENV = "STRANDS_TITO_COLLECTOR_TOKEN"
 
@@ -33,6 +34,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--store", type=Path, default=Path(".strands-tito/collector"), help="store directory (SQLite, WAL)")
     p.add_argument("--jsonl", type=Path, help="write trajectories to this JSONL file (default trajectories.jsonl)")
     p.add_argument("--parquet", type=Path, help="also (or instead) write Parquet parts into this directory")
+    p.add_argument("--parquet-part-rows", type=int, default=1000, help="records per Parquet part (default 1000)")
+    p.add_argument(
+        "--parquet-linger",
+        type=float,
+        default=30,
+        help="seconds a finished trajectory may wait (in the store) for others to share its Parquet part (default 30)",
+    )
     p.add_argument(
         "--token-file", type=Path, help=f"file holding the required bearer token (or set ${TOKEN_ENV}; not --token)"
     )
@@ -74,6 +82,8 @@ def parse_args(argv: list[str]) -> CollectorConfig:
         p.error("--agl-key and --agl-model need --agl-url")
     if a.agl_ack_timeout < 0:
         p.error("--agl-ack-timeout must be >= 0")
+    if a.parquet_part_rows < 1 or a.parquet_linger < 0:
+        p.error("--parquet-part-rows must be >= 1 and --parquet-linger >= 0")
     if min(a.head_timeout, a.body_timeout, a.shutdown_timeout) <= 0:
         p.error("--head-timeout, --body-timeout and --shutdown-timeout must be > 0")
     token = _token(p, a.token, a.token_file)
@@ -92,6 +102,8 @@ def parse_args(argv: list[str]) -> CollectorConfig:
     return CollectorConfig(
         store=a.store / "collector.db",
         outputs=outputs,
+        parquet_rows_per_part=a.parquet_part_rows,
+        parquet_linger=a.parquet_linger,
         host=host,
         http_port=http_port,
         grpc_host=grpc_host,
@@ -134,7 +146,8 @@ def _token(p: argparse.ArgumentParser, given: str | None, path: Path | None) -> 
 
 
 def collect_main(argv: list[str]) -> int:
-    """Run until SIGINT/SIGTERM, then shut down gracefully (exit 0); 1 when an address cannot be bound."""
+    """Run until SIGINT/SIGTERM, then shut down gracefully (exit 0); 1 when an address cannot be bound or another
+    collector has the store."""
     config = parse_args(argv)
 
     async def run() -> None:
@@ -151,7 +164,7 @@ def collect_main(argv: list[str]) -> int:
     except ExporterConfigError as e:
         print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
         return 2
-    except BindError as e:
+    except (BindError, StoreInUse) as e:
         print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
         return 1
     return 0

@@ -54,6 +54,7 @@ class Delivery:
         self._wakeups = {e.name: threading.Event() for e in exporters}
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._gathering: dict[str, float] = {}  # exporter -> when its oldest waiting trajectory was first seen
         self._ack_exporters = [e for e in exporters if getattr(e, "ack_timeout", 0) > 0]
         for exporter in self._ack_exporters:
             if hasattr(exporter, "on_delivered"):
@@ -95,7 +96,6 @@ class Delivery:
                 if not self._round(exporter):
                     return
                 failures = 0
-                self.health.ok(task)
             except Exception as e:
                 failures += 1
                 self.health.failed(task, e)
@@ -103,7 +103,11 @@ class Delivery:
                     return
 
     def _round(self, exporter: TrajectoryExporter) -> bool:
-        """One step of an export loop; False when the loop should end (stopping and nothing left to do)."""
+        """One step of an export loop; False when the loop should end (stopping and nothing left to do).
+
+        The exporter is reported failing (``/health`` degraded) from a failed write until a batch is written again.
+        """
+        task = f"export-{exporter.name}"
         wakeup = self._wakeups[exporter.name]
         stopping = self._stopping.is_set()
         batch = self.store.pending_batch(exporter.name)
@@ -114,10 +118,14 @@ class Delivery:
                 return False  # a failing exporter must not hold up shutdown; the batch stays in the store
             time.sleep(min(0.5, max(0.0, self.store.retry_at(batch.batch_id) - time.time())))
             return True
+        rows = int(getattr(exporter, "batch_rows", self.batch_size))
+        if batch is None and not stopping and self._lingers(exporter, rows):
+            return True
         if batch is None:
             wakeup.clear()  # before looking: a trajectory finished from now on sets it again
-            batch = self.store.start_batch(exporter.name, exporter.next_position(), self.batch_size)
+            batch = self.store.start_batch(exporter.name, exporter.next_position(), rows)
         if batch is None:
+            self.health.ok(task)
             if stopping:
                 return False
             wakeup.wait(1.0)
@@ -128,13 +136,36 @@ class Delivery:
             delay = min(60.0, 2.0 ** min(batch.attempts, 6)) * random.uniform(0.5, 1.0)
             self.metrics.export_failures[exporter.name] = self.metrics.export_failures.get(exporter.name, 0) + 1
             logger.error("exporter=<%s>, retry_in=<%.1f>, error=<%s> | export failed", exporter.name, delay, e)
+            self.health.failed(task, e, logged=True)
             self.store.batch_failed(batch.batch_id, delay)
             return True
         self.store.batch_done(batch.batch_id)
+        self.health.ok(task)
         self.metrics.exported[exporter.name] = self.metrics.exported.get(exporter.name, 0) + len(batch.records)
         if exporter in self._ack_exporters:
             for record in batch.records:
                 self.delivered(exporter.name, record["trajectory_id"])
+        return True
+
+    def _lingers(self, exporter: TrajectoryExporter, rows: int) -> bool:
+        """Whether to let finished trajectories gather for a bigger batch (exporters with ``linger_seconds``), after
+        waiting a little for more."""
+        linger = float(getattr(exporter, "linger_seconds", 0.0))
+        if linger <= 0:
+            return False
+        wakeup = self._wakeups[exporter.name]
+        wakeup.clear()
+        waiting = self.store.waiting(exporter.name, rows)
+        if waiting == 0 or waiting >= rows:
+            self._gathering.pop(exporter.name, None)
+            return False  # nothing to gather (the round waits as usual), or a full batch
+        since = self._gathering.setdefault(exporter.name, time.monotonic())
+        left = since + linger - time.monotonic()
+        if left <= 0:
+            self._gathering.pop(exporter.name, None)
+            return False
+        self.health.ok(f"export-{exporter.name}")
+        wakeup.wait(min(left, 1.0))
         return True
 
     def _has_waiting(self, exporter: TrajectoryExporter) -> bool:

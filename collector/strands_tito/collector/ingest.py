@@ -1,5 +1,8 @@
 """From OTLP requests to stored spans and finished trajectories: the collector's single-writer core.
 
+A record the store cannot take (a full disk) leaves its trajectory open: its spans are still in the store, and
+the next sweep replays them and finishes it again.
+
 Every span is validated completely here (by :func:`strands_tito.spans.decode_span`, the decoder the assembler uses)
 before it is stored, so a stored span can always be assembled. Should building a record fail anyway, that one
 trajectory is written as incomplete with the reason (quarantined) and the rest goes on; recovery at start-up uses the
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,8 +71,14 @@ class Ingestor:
         self.assembler = TrajectoryAssembler(load=self._load)
         self.on_finished = on_finished
         self._lock = threading.Lock()
+        self._unstored: set[str] = set()  # finished, but the store could not take the record: finished again
         self.finished_complete = 0
         self.finished_incomplete = 0
+
+    @property
+    def open_trajectories(self) -> int:
+        """Trajectories not yet written (waiting for spans, or for a store that could not take their record)."""
+        return self.assembler.open_trajectories + len(self._unstored)
 
     def recover(self) -> int:
         """Rebuild open trajectories from the store after a (re)start; returns how many spans were replayed.
@@ -83,19 +93,24 @@ class Ingestor:
         done: list[TrajectoryRecord] = []
         with self._lock:
             for trajectory_id, stored_spans in by_trajectory.items():
-                try:
-                    decoded = [_decode_stored(stored, unpack=False) for stored in stored_spans]
-                except Exception as e:  # anything at all: this trajectory only is quarantined
-                    logger.error("trajectory_id=<%.80s>, error=<%s> | stored spans do not decode", trajectory_id, e)
-                    done.append(quarantined(trajectory_id, e))
-                    continue
-                for stored, span in zip(stored_spans, decoded, strict=True):
-                    done.extend(self.assembler.add(span, trace_id=stored.trace_id, resource=stored.resource))
+                done.extend(self._replay(trajectory_id, stored_spans))
                 replayed += len(stored_spans)
             self._finish(done)
         if done:
             self.on_finished()
         return replayed
+
+    def _replay(self, trajectory_id: str, stored_spans: list[StoredSpan]) -> list[TrajectoryRecord]:
+        """Add a trajectory's stored spans to the assembler; never raises on stored data (quarantine instead)."""
+        try:
+            decoded = [_decode_stored(stored, unpack=False) for stored in stored_spans]
+        except Exception as e:  # anything at all: this trajectory only is quarantined
+            logger.error("trajectory_id=<%.80s>, error=<%s> | stored spans do not decode", trajectory_id, e)
+            return [quarantined(trajectory_id, e)]
+        done: list[TrajectoryRecord] = []
+        for stored, span in zip(stored_spans, decoded, strict=True):
+            done.extend(self.assembler.add(span, trace_id=stored.trace_id, resource=stored.resource))
+        return done
 
     def ingest(self, request: ExportTraceServiceRequest) -> IngestResult:
         """Store the strands-tito spans of one request (committed before returning) and assemble them."""
@@ -185,25 +200,34 @@ class Ingestor:
     def sweep(self, idle_seconds: float) -> int:
         """Finish trajectories idle longer than ``idle_seconds`` (as incomplete); returns how many."""
         with self._lock:
-            done = self.assembler.flush(idle_seconds)
+            done: list[TrajectoryRecord] = []
+            for trajectory_id in sorted(self._unstored):
+                stored_spans = self.store.spans_of(trajectory_id)
+                self._unstored.discard(trajectory_id)
+                done.extend(self._replay(trajectory_id, stored_spans))
+            done.extend(self.assembler.flush(idle_seconds))
             self._finish(done)
         if done:
             self.on_finished()
         return len(done)
 
     def _finish(self, records: list[TrajectoryRecord]) -> None:
+        """Store finished records; raises the store's error (after trying every record) when one could not be kept:
+        that trajectory stays open and the next sweep finishes it again."""
+        failure: Exception | None = None
         for record in records:
-            stored_conflicts = self.store.conflicts(record.trajectory_id)
-            if stored_conflicts and record.complete:
-                record.complete = False
-                record.reason = "; ".join(stored_conflicts)
             try:
-                row = record.to_dict()
-                self.store.finish(record.trajectory_id, row, self.exporters)
-            except (ValueError, TypeError) as e:  # the record does not serialize: quarantine it, keep going
-                logger.error("trajectory_id=<%.80s>, error=<%s> | record cannot be written", record.trajectory_id, e)
-                record = quarantined(record.trajectory_id, e)
-                self.store.finish(record.trajectory_id, record.to_dict(), self.exporters)
+                record = self._store_record(record)
+            except (sqlite3.OperationalError, OSError) as e:  # disk full, I/O error: nothing of it was committed
+                logger.error(
+                    "trajectory_id=<%.80s>, error=<%s> | record not stored; the trajectory stays open",
+                    record.trajectory_id,
+                    e,
+                )
+                self.assembler.reopen(record.trajectory_id)
+                self._unstored.add(record.trajectory_id)
+                failure = e
+                continue
             if record.complete:
                 self.finished_complete += 1
             else:
@@ -215,6 +239,23 @@ class Ingestor:
                 len(record.trajectory),
                 record.reason,
             )
+        if failure is not None:
+            raise failure
+
+    def _store_record(self, record: TrajectoryRecord) -> TrajectoryRecord:
+        """Move a finished record to the outbox (quarantined when it does not serialize); returns what was stored."""
+        stored_conflicts = self.store.conflicts(record.trajectory_id)
+        if stored_conflicts and record.complete:
+            record.complete = False
+            record.reason = "; ".join(stored_conflicts)
+        try:
+            row = record.to_dict()
+            self.store.finish(record.trajectory_id, row, self.exporters)
+        except (ValueError, TypeError) as e:  # the record does not serialize: quarantine it, keep going
+            logger.error("trajectory_id=<%.80s>, error=<%s> | record cannot be written", record.trajectory_id, e)
+            record = quarantined(record.trajectory_id, e)
+            self.store.finish(record.trajectory_id, record.to_dict(), self.exporters)
+        return record
 
 
 def _decode_stored(stored: StoredSpan, *, unpack: bool) -> spans.Decoded:

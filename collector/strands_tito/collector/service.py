@@ -44,6 +44,10 @@ class CollectorConfig:
 
     store: Path = Path(".strands-tito/collector.db")
     outputs: list[str] = field(default_factory=lambda: ["jsonl:trajectories.jsonl"])
+    parquet_rows_per_part: int = 1000
+    """Records per Parquet part (see :class:`~strands_tito.exporters.ParquetExporter`)."""
+    parquet_linger: float = 30.0
+    """Longest a finished trajectory waits for others to share its Parquet part (seconds)."""
     host: str = "127.0.0.1"
     http_port: int = 4318
     grpc_port: int | None = 4317
@@ -198,7 +202,7 @@ class Collector:
         failing = self.health.failing
         report: dict[str, Any] = {
             "status": "degraded" if failing else "ok",
-            "open_trajectories": self.ingestor.assembler.open_trajectories,
+            "open_trajectories": self.ingestor.open_trajectories,
         }
         if failing:
             report["failing"] = failing
@@ -208,9 +212,10 @@ class Collector:
         """Metrics in the Prometheus text exposition format."""
         counts = self.store.counts()
         gauges = {
-            "open_trajectories": self.ingestor.assembler.open_trajectories,
+            "open_trajectories": self.ingestor.open_trajectories,
             "export_queue_depth": counts["outbox"],
             "store_bytes": self.store.size_bytes(),
+            "store_disk_bytes": self.store.disk_bytes(),
             "degraded_tasks": len(self.health.failing),
         }
         finished = {"complete": self.ingestor.finished_complete, "incomplete": self.ingestor.finished_incomplete}
@@ -220,13 +225,16 @@ class Collector:
         """One line for the console (counts kept in memory: safe after the store is closed)."""
         return (
             f"collector: {self.metrics.spans_received} spans, {self.ingestor.finished_complete} complete / "
-            f"{self.ingestor.finished_incomplete} incomplete trajectories, {self.ingestor.assembler.open_trajectories} "
+            f"{self.ingestor.finished_incomplete} incomplete trajectories, {self.ingestor.open_trajectories} "
             f"open, {sum(self.metrics.exported.values())} exported"
         )
 
 
 def _exporters(config: CollectorConfig) -> list[TrajectoryExporter]:
-    exporters = [make_exporter(s) for s in config.outputs]
+    exporters = [
+        make_exporter(s, parquet_rows=config.parquet_rows_per_part, parquet_linger=config.parquet_linger)
+        for s in config.outputs
+    ]
     if config.agl_url:
         from strands_tito.exporters.agentlightning import AgentLightningExporter
 

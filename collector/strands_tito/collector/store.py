@@ -10,12 +10,18 @@ What lives here, and why it makes ``kill -9`` safe:
   retry (same keys) is told from new spans that reuse a trajectory id after its record was written (refused).
 - ``outbox``: finished trajectories waiting for an exporter, one row per (exporter, trajectory). Finishing a
   trajectory moves it from ``spans`` to ``outbox`` in one transaction.
+- one ``flock`` on ``<database>.lock`` for as long as a collector has the store open: a second collector on the
+  same store stops at once (:class:`StoreInUse`) instead of writing the same outputs.
+- the write-ahead log is bounded: checkpointed every :data:`WAL_CHECKPOINT_PAGES` pages and truncated back to
+  :data:`WAL_LIMIT_BYTES` after a checkpoint, and :meth:`Store.size_bytes` counts the pages that hold data (not free
+  pages, not the log), so the ``--max-store-mb`` back-pressure clears once the exporters catch up.
 - ``batches``: an export in progress. The batch and the position it writes to are committed *before* the exporter
   writes; after a crash the same batch is written again at the same position, which replaces the partial write.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
@@ -25,7 +31,14 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+from strands_tito.errors import StrandsTitoError
+
+WAL_CHECKPOINT_PAGES = 256
+"""Pages (64 KiB each) the log may hold before SQLite checkpoints it into the database (16 MiB)."""
+WAL_LIMIT_BYTES = 32 * 1024 * 1024
+"""Size the log is truncated back to after a checkpoint (SQLite never shrinks it otherwise)."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS spans (
@@ -86,6 +99,10 @@ class Batch:
     records: list[dict[str, Any]]
 
 
+class StoreInUse(StrandsTitoError, OSError):
+    """Another collector has this store open."""
+
+
 class Store:
     """Thread-safe access to the collector database (one connection, serialized by a lock).
 
@@ -96,6 +113,7 @@ class Store:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._owner = _lock_exclusively(Path(str(self.path) + ".lock"))
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         # Spans are blobs of hundreds of KB: large pages keep them off long overflow-page chains (applies to a new
         # database; an existing one keeps its page size).
@@ -103,13 +121,16 @@ class Store:
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL is durable against a process crash (kill -9); FULL would also cover power loss.
         self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
+        self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         self._db.executescript(SCHEMA)
         self._lock = threading.Lock()
 
     def close(self) -> None:
-        """Close the database."""
+        """Close the database and give the store up."""
         with self._lock:
             self._db.close()
+            self._owner.close()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -123,7 +144,16 @@ class Store:
             self._db.execute("COMMIT")
 
     def size_bytes(self) -> int:
-        """Bytes on disk (database plus write-ahead log)."""
+        """Bytes of data held: pages in use (free pages and the write-ahead log, bounded on its own, are not counted),
+        so the figure falls again as the exporters catch up."""
+        with self._lock:
+            pages = self._db.execute("PRAGMA page_count").fetchone()[0]
+            free = self._db.execute("PRAGMA freelist_count").fetchone()[0]
+            page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
+        return int((pages - free) * page_size)
+
+    def disk_bytes(self) -> int:
+        """Bytes on disk: the database, its write-ahead log and shared-memory index."""
         total = 0
         for suffix in ("", "-wal", "-shm"):
             candidate = Path(str(self.path) + suffix)
@@ -287,6 +317,15 @@ class Store:
             ).fetchone()
         return row is not None
 
+    def waiting(self, exporter: str, limit: int) -> int:
+        """How many finished trajectories wait for this exporter outside any batch, counting up to ``limit``."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM outbox WHERE exporter = ? AND batch_id IS NULL LIMIT ?)",
+                (exporter, limit),
+            ).fetchone()
+        return int(row[0])
+
     def queued_any(self, exporter: str) -> bool:
         """Whether finished trajectories wait for this exporter outside any batch."""
         with self._lock:
@@ -305,3 +344,23 @@ class Store:
                     "SELECT COUNT(*) FROM trajectories WHERE finished_at IS NOT NULL"
                 ).fetchone()[0],
             }
+
+
+def _lock_exclusively(path: Path) -> IO[bytes]:
+    """Hold an exclusive ``flock`` on ``path`` (released when the file is closed, or the process dies).
+
+    Raises:
+        StoreInUse: another process holds it.
+    """
+    handle = path.open("a+b")
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        handle.seek(0)
+        owner = handle.read(32).decode("ascii", "replace").strip() or "another process"
+        handle.close()
+        raise StoreInUse(f"the store {path.parent} is in use by another collector (pid {owner})") from e
+    handle.truncate(0)
+    handle.write(str(os.getpid()).encode())
+    handle.flush()
+    return handle

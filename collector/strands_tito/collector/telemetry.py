@@ -47,12 +47,14 @@ class Health:
                 if self._failing.pop(task, None) is not None:
                     logger.warning("task=<%s> | recovered", task)
 
-    def failed(self, task: str, error: BaseException) -> None:
-        """A round of ``task`` raised; the task goes on."""
+    def failed(self, task: str, error: BaseException, *, logged: bool = False) -> None:
+        """A round of ``task`` failed; the task goes on. ``logged``: the caller already logged one line for it (an
+        expected failure, such as an export to a full disk: no traceback)."""
         with self._lock:
             self._failing[task] = f"{type(error).__name__}: {error}"[:500]
             self.metrics.task_failures[task] = self.metrics.task_failures.get(task, 0) + 1
-        logger.error("task=<%s> | background task failed; it keeps running", task, exc_info=error)
+        if not logged:
+            logger.error("task=<%s> | background task failed; it keeps running", task, exc_info=error)
 
     @property
     def failing(self) -> dict[str, str]:

@@ -18,11 +18,13 @@ class TrajectoryExporter(Protocol):
     The collector writes one batch at a time per exporter and retries a failed batch (same records, same position)
     until it succeeds before it asks for the next position.
 
-    Optional, looked up with ``getattr``: ``check()`` (run once at start-up; raises :class:`ExporterConfigError` to
-    stop the collector), and, for an exporter whose delivery the agent must wait for, ``ack_timeout`` (seconds > 0),
-    ``acknowledges(resource) -> bool`` and ``on_delivered`` (the collector sets it to a callable taking a trajectory
-    id): the collector holds the OTLP acknowledgement of a request carrying spans of a finished trajectory whose
-    resource the exporter ``acknowledges`` until the exporter reports it delivered, for at most ``ack_timeout``.
+    Optional, looked up with ``getattr``: ``batch_rows`` (records per batch) and ``linger_seconds`` (how long the
+    collector lets finished trajectories gather, durably in its store, until ``batch_rows`` are waiting);
+    ``check()`` (run once at start-up; raises :class:`ExporterConfigError` to stop the collector); and, for an
+    exporter whose delivery the agent must wait for, ``ack_timeout`` (seconds > 0), ``acknowledges(resource) ->
+    bool`` and ``on_delivered`` (the collector sets it to a callable taking a trajectory id): the collector holds the
+    OTLP acknowledgement of a request carrying spans of a finished trajectory whose resource the exporter
+    ``acknowledges`` until the exporter reports it delivered, for at most ``ack_timeout``.
 
     Attributes:
         name: Unique name; the collector keeps one outbox per exporter name.
@@ -43,8 +45,9 @@ class TrajectoryExporter(Protocol):
         ...
 
 
-def make_exporter(spec: str) -> TrajectoryExporter:
-    """An exporter from a command-line spec: ``jsonl:PATH`` or ``parquet:DIR``."""
+def make_exporter(spec: str, *, parquet_rows: int = 1000, parquet_linger: float = 30.0) -> TrajectoryExporter:
+    """An exporter from a command-line spec: ``jsonl:PATH`` or ``parquet:DIR`` (parts of up to ``parquet_rows``
+    records, gathered for up to ``parquet_linger`` seconds)."""
     kind, _, target = spec.partition(":")
     if not target:
         raise ValueError(f"exporter spec {spec!r} needs a target, e.g. jsonl:out/trajectories.jsonl")
@@ -55,5 +58,5 @@ def make_exporter(spec: str) -> TrajectoryExporter:
     if kind == "parquet":
         from .parquet import ParquetExporter
 
-        return ParquetExporter(target)
+        return ParquetExporter(target, rows_per_part=parquet_rows, linger_seconds=parquet_linger)
     raise ValueError(f"unknown exporter {kind!r} (known: jsonl, parquet)")

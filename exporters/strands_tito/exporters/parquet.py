@@ -14,8 +14,18 @@ COLUMNS = RECORD_KEYS
 """The columns of every part: the record's fields (:data:`strands_tito.records.RECORD_FIELDS`), in that order."""
 
 
+ROWS_PER_PART = 1000
+"""Records per part file (a part is written when this many are waiting, or after :data:`LINGER_SECONDS`)."""
+LINGER_SECONDS = 30.0
+"""Longest a finished trajectory waits (durably, in the collector's store) for more to share its part."""
+
+
 class ParquetExporter:
-    """Writes each batch as ``part-NNNNNNNN.parquet``; the position is the part's file name.
+    """Writes batches of up to ``rows_per_part`` records as ``part-NNNNNNNN.parquet``; the position is the part's name.
+
+    The collector gathers a part's records for up to ``linger_seconds`` (they wait in its store, so nothing is lost),
+    so a steady trickle of trajectories gives a part a minute or so, not a part per trajectory; at shutdown what is
+    waiting is written as a smaller part. The directory is scanned once, at start-up, for the next part number.
 
     One column per field of the record, typed as :data:`~strands_tito.records.RECORD_FIELDS` says; nested fields
     (turns, resource, tool-parse errors, calls, prefix report) are stored as JSON strings so every part has the same
@@ -23,17 +33,29 @@ class ParquetExporter:
     A part is written to a temporary file and renamed into place, so readers never see half a file.
     """
 
-    def __init__(self, directory: str | os.PathLike[str], name: str | None = None) -> None:
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        name: str | None = None,
+        *,
+        rows_per_part: int = ROWS_PER_PART,
+        linger_seconds: float = LINGER_SECONDS,
+    ) -> None:
         import pyarrow  # noqa: F401  (fail at start-up, not at the first batch, when pyarrow is missing)
 
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.name = name or f"parquet:{self.directory}"
+        self.batch_rows = rows_per_part
+        self.linger_seconds = linger_seconds
+        numbers = [_number(p.name) for p in self.directory.glob("part-*.parquet")]
+        self._next = max(numbers, default=-1) + 1
 
     def next_position(self) -> str:
         """The next unused part number."""
-        numbers = [int(p.stem.split("-")[1]) for p in self.directory.glob("part-*.parquet")]
-        return f"part-{max(numbers, default=-1) + 1:08d}.parquet"
+        position = f"part-{self._next:08d}.parquet"
+        self._next += 1
+        return position
 
     def write(self, records: Sequence[dict[str, Any]], position: str) -> None:
         """Write the batch as one part file (atomically replacing a part left by an interrupted attempt)."""
@@ -47,9 +69,14 @@ class ParquetExporter:
         with temporary.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(temporary, target)
+        self._next = max(self._next, _number(position) + 1)  # a batch from before a restart, at its old position
 
     def close(self) -> None:
         """Nothing stays open between batches."""
+
+
+def _number(part: str) -> int:
+    return int(part.split("-")[1].split(".")[0])
 
 
 def _column(kind: ParquetType, values: list[Any]) -> Any:

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import math
 import os
 import threading
 import uuid
@@ -57,6 +56,7 @@ from urllib.parse import urlsplit
 from opentelemetry import trace
 
 from strands_tito.capture import recorder as capture
+from strands_tito.checks import FLOAT32_OVERFLOW
 from strands_tito.trajectory import pack_int32
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def _logprob_values(logprobs: Any) -> list[float | None] | None:
     values: list[float | None] = []
     for entry in content:
         value = _get(entry, "logprob")
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < FLOAT32_OVERFLOW
         values.append(float(value) if ok else None)
     return values
 
@@ -221,8 +221,15 @@ class _Call:
             return None
         logprobs: list[float | None] = [None] * len(self.output_ids)
         if self.saw_logprobs:
-            if len(self.logprobs) == len(self.output_ids):
+            if len(self.logprobs) == len(self.output_ids) and None not in self.logprobs:
                 logprobs = list(self.logprobs)
+            elif len(self.logprobs) == len(self.output_ids):
+                # A generated token without its real logprob is never training data (strands_tito.checks).
+                logger.warning(
+                    "position=<%d> | the server sent no finite logprob for a generated token; recording the call "
+                    "without logprobs",
+                    self.logprobs.index(None),
+                )
             else:
                 logger.warning(
                     "logprobs=<%d>, output_ids=<%d> | the server's logprobs do not align with its token ids; "

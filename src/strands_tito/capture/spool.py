@@ -256,9 +256,17 @@ class Spool:
                 self._next += 1
                 self._writer = tail.path.open("ab")
                 self._segments.append(tail)
-            self._writer.write(record)
-            self._writer.flush()
-            os.fsync(self._writer.fileno())
+            try:
+                self._writer.write(record)
+                self._writer.flush()
+                os.fsync(self._writer.fileno())
+            except OSError:
+                # A full disk may have left part of the record in the file: past ``tail.size``, so never read; the
+                # next record goes to a new segment instead of after the torn bytes.
+                with contextlib.suppress(OSError):
+                    self._writer.close()
+                self._writer = None
+                raise
             tail.size += len(record)
             self.pending_bytes += len(record)
 

@@ -8,12 +8,18 @@
 * one sender thread exports batches with the configured OTLP exporter. A batch the exporter gives up on (collector
   down, paused, refusing) is appended to the disk spool (:mod:`strands_tito.capture.spool`); when the queue passes its
   high water mark (the sender is stuck in a slow export), ``on_end`` moves the oldest spans there itself;
-* while the spool holds records the sender resends them, oldest first, with backoff, before anything newer;
+* while the spool holds records the sender resends them, oldest first, with backoff, before anything newer. A
+  record that keeps failing while the collector answers an empty export request (a probe) is one the collector
+  refuses (400: invalid, a trajectory already written), not one waiting for a collector that is down: after
+  :data:`REFUSALS` such rounds it is set aside and its spans reported per trajectory, so it never holds up newer data
+  of this process or of the next ones that adopt the spool;
 * a span is refused only past the hard limit on undelivered bytes (memory and disk together,
   ``STRANDS_TITO_SPOOL_MAX_BYTES``). End signals and rewards have a reserve on top, so that only turn and call spans
   are ever dropped; each drop is counted for its trajectory (:func:`strands_tito.capture.recorder.note_dropped`),
   reported once per trajectory on stderr, and carried by the trajectory's end signal, so the collector's record says
-  exactly which turns are missing;
+  exactly which turns are missing. A spool write that fails (a full disk: ``ENOSPC``) is reported with its cause;
+  the turn spans it held are dropped the same way, while end signals and rewards stay in memory for the sender, so
+  every trajectory still gets its record, complete or saying what is missing;
 * ``force_flush`` waits until everything is acknowledged (so a collector that holds its acknowledgement, as under
   Agent Lightning, still holds the exit) or until its deadline, then writes what is left to the spool and returns;
   ``shutdown`` does the same without waiting. The next process with the same spool key resends it.
@@ -49,6 +55,7 @@ DEFAULT_QUEUE_SPANS = 2048
 DEFAULT_QUEUE_BYTES = 256 * 1024**2
 RESERVE_BYTES = 8 * 1024**2  # for end signals and rewards (a few hundred bytes each) past the hard limit
 BATCH_SPANS = 256
+REFUSALS = 3  # failed rounds of one spool record, each followed by a successful probe, before it counts as refused
 BATCH_BYTES = 4 * 1024**2  # well under the exporter's 64 MiB and a Collector's 20 MiB (HTTP) / 4 MiB (gRPC) default
 
 
@@ -127,6 +134,7 @@ class SpoolingSpanProcessor(SpanProcessor):
         self.dropped = 0
         self.spilled = 0
         self.exported = 0
+        self.refused = 0
         self._reported: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="strands-tito-spool", daemon=True)
         self._thread.start()
@@ -150,7 +158,11 @@ class SpoolingSpanProcessor(SpanProcessor):
         with self._cond:
             held = self._queued_bytes + self.spool.pending_bytes
             if self._forked or held + size > self.max_bytes + (RESERVE_BYTES if small else 0):
-                self._drop(span, attributes, held)
+                self._drop(
+                    span,
+                    attributes,
+                    f"{held} bytes of spans are waiting for the collector (limit {ENV_MAX_BYTES}={self.max_bytes})",
+                )
                 return
             if self._stopped:  # after shutdown: straight to disk, for the next process
                 self._queue.append((span, size))
@@ -214,7 +226,7 @@ class SpoolingSpanProcessor(SpanProcessor):
     def _idle(self) -> bool:
         return not self._queue and self._inflight is None and self.spool.pending_bytes == 0
 
-    def _drop(self, span: ReadableSpan, attributes: Any, held: int) -> None:
+    def _drop(self, span: ReadableSpan, attributes: Any, why: str) -> None:
         self.dropped += 1
         trajectory_id = str(attributes.get(spans.TRAJECTORY_ID, ""))
         index = attributes.get(spans.TURN_INDEX, attributes.get(spans.CALL_INDEX))
@@ -222,11 +234,25 @@ class SpoolingSpanProcessor(SpanProcessor):
         if trajectory_id not in self._reported:
             self._reported.add(trajectory_id)
             sys.stderr.write(
-                f"strands-tito: dropped a {attributes.get(spans.KIND)} span of trajectory {trajectory_id}: "
-                f"{held} bytes of spans are waiting for the collector (limit {ENV_MAX_BYTES}={self.max_bytes}); "
+                f"strands-tito: dropped a {attributes.get(spans.KIND)} span of trajectory {trajectory_id}: {why}; "
                 "its end signal will name what is missing\n"
             )
             sys.stderr.flush()
+
+    def _refused(self, refused: Sequence[ReadableSpan]) -> None:
+        """Report, once per trajectory, spans the collector refuses; they are not sent again."""
+        self.refused += len(refused)
+        counts: dict[str, int] = {}
+        for span in refused:
+            trajectory_id = str((span.attributes or {}).get(spans.TRAJECTORY_ID, ""))
+            counts[trajectory_id] = counts.get(trajectory_id, 0) + 1
+        for trajectory_id, count in counts.items():
+            sys.stderr.write(
+                f"strands-tito: the collector refused {count} span(s) of trajectory {trajectory_id} {REFUSALS} times "
+                "while it accepted other requests (invalid, or the trajectory was already written: see the "
+                "collector's log); not sent again\n"
+            )
+        sys.stderr.flush()
 
     def _spill(self, keep: int) -> None:
         """Move the oldest queued spans to the spool until at most ``keep`` are left in memory."""
@@ -249,18 +275,27 @@ class SpoolingSpanProcessor(SpanProcessor):
             self._write(inflight)
         self._spill(keep=0)
 
-    def _write(self, spans: Sequence[ReadableSpan]) -> None:
-        for start in range(0, len(spans), BATCH_SPANS):
-            chunk = spans[start : start + BATCH_SPANS]
+    def _write(self, batch: Sequence[ReadableSpan]) -> None:
+        for start in range(0, len(batch), BATCH_SPANS):
+            chunk = batch[start : start + BATCH_SPANS]
             try:
                 self.spool.append(encode_request(chunk))
                 self.spilled += len(chunk)
             except (OSError, SpoolError, ValueError) as e:
-                # The disk failed us: these spans are lost; say so per trajectory as for the hard limit.
+                # The disk failed us (ENOSPC, EIO, ...): turn and call spans are lost and reported per trajectory
+                # with the cause; end signals and rewards (small) go back to the front of the queue, so that every
+                # trajectory still ends, with a record that names what is missing.
                 logger.error("error=<%s> | strands-tito spans could not be written to the spool", e)
+                kept = [s for s in chunk if (s.attributes or {}).get(spans.KIND) in ("end", "reward")]
                 with self._cond:
                     for span in chunk:
-                        self._drop(span, span.attributes or {}, self.spool.pending_bytes)
+                        if not any(span is k for k in kept):
+                            self._drop(span, span.attributes or {}, f"the spool could not be written ({e})")
+                    for span in reversed(kept):
+                        size = estimate_size(span)
+                        self._queue.appendleft((span, size))
+                        self._queued_bytes += size
+                    self._urgent = self._urgent or bool(kept)
         with self._cond:
             self._cond.notify_all()
 
@@ -297,6 +332,7 @@ class SpoolingSpanProcessor(SpanProcessor):
 
     def _run(self) -> None:
         backoff, retry_at = 0.0, 0.0
+        refusals: tuple[Any, int, int] | None = None  # (segment, end, rounds) of a record the collector refuses
         while True:
             with self._cond:
                 while not self._stopped:
@@ -320,7 +356,16 @@ class SpoolingSpanProcessor(SpanProcessor):
             record = self.spool.peek() if not batch else None
             if record is not None:
                 segment, end, payload = record
-                ok = self._export(decode_request(payload))
+                spooled = decode_request(payload)
+                ok = self._export(spooled)
+                if not ok and self._export([]):  # the collector is up: it refuses this record
+                    rounds = (
+                        refusals[2] + 1 if refusals is not None and refusals[0] is segment and refusals[1] == end else 1
+                    )
+                    refusals = (segment, end, rounds)
+                    if rounds >= REFUSALS:
+                        self._refused(spooled)
+                        ok, refusals = True, None
                 if ok:
                     self.spool.ack(segment, end)
             elif batch:

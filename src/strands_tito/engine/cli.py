@@ -42,7 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
         "family's special tokens) and its stop tokens, e.g. glm-4.6, llama-3.1 "
         "(names in strands_tito.providers.families)",
     )
-    parser.add_argument("--script", metavar="FILE.json", help="script file with scripts and a default reply")
+    parser.add_argument(
+        "--script",
+        metavar="FILE.json",
+        help='what the engine answers: a JSON script file (format: docs/engine.md) or "quickstart", the shipped script '
+        "of the README's quick start (a multiply call, then the answer, for every conversation); without one every "
+        'request gets "OK."',
+    )
     parser.add_argument("--context-length", type=int, default=32768, help="model context length (default: %(default)s)")
     parser.add_argument(
         "--model-path", default="strands-tito/local-engine", help="served model name (default: %(default)s)"

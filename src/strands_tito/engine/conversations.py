@@ -2,7 +2,7 @@
 
 A request belongs to the conversation whose token history (last prompt + output on success, just the prompt after a
 fault) is the longest prefix of its ``input_ids``; otherwise it opens a new conversation, which takes the first
-unused script whose ``match`` is None or occurs in the decoded prompt.
+unused (or repeating) script whose ``match`` is None or occurs in the decoded prompt.
 
 Chat requests (``/v1/chat/completions``) are rendered by the server, so a later request of a conversation may not
 extend its history exactly: the re-rendered assistant turn can tokenize differently from what was generated. For them
@@ -135,7 +135,7 @@ class ConversationTracker:
             break
         steps: deque[Step] = deque()
         if chosen is not None:
-            self._taken[chosen] = True
+            self._taken[chosen] = not self._scripts[chosen].repeat
             steps.extend(self._scripts[chosen].expanded())
         conversation = Conversation(len(self._conversations), list(prompt), chosen, steps)
         self._conversations.append(conversation)

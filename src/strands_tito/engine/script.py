@@ -11,10 +11,12 @@ fallback reply and reads them from JSON::
      "default": {"text": "OK."}}
 
 A bare string is also accepted as a step (``"Hi"`` = ``{"text": "Hi"}``); ``"default": null`` disables the fallback.
+A script with ``"repeat": true`` serves every new conversation it matches instead of only the first.
 """
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 __all__ = [
+    "BUILTIN_SCRIPTS",
     "DEFAULT_REPLY",
     "ContextOverflowVariant",
     "Fault",
@@ -99,6 +102,10 @@ class Reply:
         """A reply always answers exactly one request."""
         return 1
 
+
+#: Script files shipped with the package, loadable by name (``strands-tito engine --script quickstart``):
+#: ``quickstart`` answers every conversation with a ``multiply`` call for 25 and 17, then with the product.
+BUILTIN_SCRIPTS: tuple[str, ...] = ("quickstart",)
 
 #: The fallback reply used when nothing else is scripted.
 DEFAULT_REPLY = Reply(text="OK.")
@@ -183,6 +190,21 @@ class Fault:
         return cls("abort", status=status_code, count=count, message=message, reply=partial, delay=delay)
 
     @classmethod
+    def weight_update(cls, status_code: int | None = None, *, count: int = 1, delay: float = 0.0) -> Fault:
+        """Fail the request the way SGLang does while the trainer updates the policy's weights.
+
+        Without ``status_code``: what a request in flight gets when weights are updated with
+        ``abort_all_requests`` (``update_weights_from_*`` and ``update_weight_version``, whose default it is; also
+        ``pause_generation`` with mode ``abort``): HTTP 200 with finish_reason ``{"type":"abort","message":"Aborted",
+        ...}`` and no output (SGLang 0.5.23 ``tokenizer_manager.py``, ``update_weights_from_disk``:
+        ``abort_request(abort_all=True)``).
+        ``400``: a scheduler abort with status 400, answered as ``{"error":{"message":...}}``. Other statuses (500
+        from a worker or a router in front of it) get the ``{"object":"error",...}`` body at that status.
+        """
+        message = None if status_code is None else "Weights are being updated; the request was aborted."
+        return cls.abort(status_code, message=message, count=count, delay=delay)
+
+    @classmethod
     def malformed(
         cls,
         kind: MalformedKind,
@@ -225,12 +247,14 @@ class Script:
     """The steps for one conversation, consumed one per request.
 
     ``match``: the script is only given to a new conversation whose decoded first prompt contains this substring
-    (None matches any conversation).
+    (None matches any conversation). ``repeat``: every new matching conversation gets its own copy of the steps (the
+    script is never used up), so an agent run again gets the same answers.
     """
 
     turns: list[Step] = field(default_factory=list)
     match: str | None = None
     name: str | None = None
+    repeat: bool = False
 
     def expanded(self) -> Iterator[Step]:
         """The steps with each fault repeated ``count`` times."""
@@ -240,8 +264,8 @@ class Script:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Script:
-        """Build a script from ``{"match": ..., "name": ..., "turns": [...]}``."""
-        _reject_unknown(data, {"match", "name", "turns"}, "script")
+        """Build a script from ``{"match": ..., "name": ..., "repeat": false, "turns": [...]}``."""
+        _reject_unknown(data, {"match", "name", "repeat", "turns"}, "script")
         turns = data.get("turns", [])
         if not isinstance(turns, list):
             raise ValueError(f"script turns must be a list, got {type(turns).__name__}")
@@ -251,7 +275,10 @@ class Script:
             raise ValueError(f"script match must be a string or null, got {match!r}")
         if name is not None and not isinstance(name, str):
             raise ValueError(f"script name must be a string or null, got {name!r}")
-        return cls(turns=[step_from_dict(step) for step in turns], match=match, name=name)
+        repeat = data.get("repeat", False)
+        if not isinstance(repeat, bool):
+            raise ValueError(f"script repeat must be true or false, got {repeat!r}")
+        return cls(turns=[step_from_dict(step) for step in turns], match=match, name=name, repeat=repeat)
 
 
 @dataclass
@@ -282,7 +309,9 @@ class ScriptFile:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ScriptFile:
-        """Read a JSON script file."""
+        """Read a JSON script file, or a script shipped with the package by name (:data:`BUILTIN_SCRIPTS`)."""
+        if str(path) in BUILTIN_SCRIPTS and not Path(path).exists():
+            path = Path(str(importlib.resources.files("strands_tito.engine") / "scripts" / f"{path}.json"))
         with Path(path).open(encoding="utf-8") as handle:
             data = json.load(handle)
         if not isinstance(data, dict):

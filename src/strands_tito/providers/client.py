@@ -1,8 +1,7 @@
 """Async HTTP client for token-in/token-out servers: the transport, and SGLang's native API (`/generate`, ...).
 
 The client only moves bytes and classifies failures; what a reply *means* for a trajectory is decided by the model
-provider. Retries follow one rule: retry what a later attempt can fix (connection failures, 408/429/502/503/504),
-never what it cannot (any other 4xx, a reply that is not JSON).
+provider. Which failures are retried, and for how long, is one object: :class:`RetryPolicy`.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, ClassVar, Self
 
@@ -29,21 +29,83 @@ from strands_tito.errors import (
     RequestCancelledError,
     ServerConnectionError,
     ServerHTTPError,
+    ServerUnreachableError,
     ThrottledError,
 )
-from strands_tito.providers.connection_pool import ConnectionPool, HTTPReply, HTTPTransportError
+from strands_tito.providers.connection_pool import ConnectionPool, HTTPConnectError, HTTPReply, HTTPTransportError
 
 logger = logging.getLogger(__name__)
 
-RETRYABLE_STATUS_CODES = frozenset({408, 429, 502, 503, 504})
+#: Default size of the connection pool.
+DEFAULT_MAX_CONNECTIONS = 256
 THROTTLING_STATUS_CODES = frozenset({429, 503})
-# Substrings of SGLang's context-length 400 messages (tokenizer_manager and scheduler validation).
+# Substrings of the 400 messages for a prompt that can never fit: a retry cannot fix them. SGLang's tokenizer_manager
+# and scheduler validation and its KV-pool check, then vLLM's.
 CONTEXT_LENGTH_MARKERS = (
     "longer than the model's context length",
     "maximum context length",
     "exceeds the maximum allowed length",
     "too long after expanding",
+    "exceeds the kv memory budget",
+    "longer than the maximum model length",
+    "exceeds model's maximum context length",
 )
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Which failed requests the client retries, and for how long.
+
+    Retried: every HTTP error status except a context-length 400, :attr:`never_retry_statuses` and a body holding
+    one of :attr:`never_retry_markers`. That includes 500
+    and other 400s, which SGLang and the router in front of it answer while weights are reloaded between training
+    steps (strands-sglang 0.6 retries them too), and 408/429/502/503/504 (overload). Also retried: a connection that
+    broke or timed out mid-request. A server that refuses connections (down, or restarting) is retried only for
+    :attr:`unreachable_timeout` seconds, so a run pointed at the wrong port fails within seconds with a clear
+    :class:`~strands_tito.errors.ServerUnreachableError`; raise it to ride out engine restarts. Never retried: a
+    200 whose body is not JSON, a cancelled request. A generation the server aborted (HTTP 200 with finish reason
+    ``abort``: what requests in flight get when weights are updated with ``abort_all_requests``) is sent again by
+    the model provider only with :attr:`retry_aborted`, since an abort can also be a trainer ending a rollout.
+
+    Delays grow exponentially from :attr:`backoff_base` to :attr:`backoff_max` with jitter; a ``Retry-After``
+    header is honoured. Pass one to a client as ``SGLangClient(url, retry=RetryPolicy(...))``.
+
+    Attributes:
+        max_retries: Retries after the first attempt (refused connections are bounded by ``unreachable_timeout``).
+        backoff_base: First delay in seconds; doubles each retry (strands-sglang 0.6's ``retry_delay``).
+        backoff_max: Cap on one delay.
+        deadline: Overall seconds one request may take, retries and waits included.
+        never_retry_statuses: Statuses a retry cannot fix (401 unauthorized, 403 forbidden, 404 wrong URL).
+        never_retry_markers: Body substrings of an error a retry cannot fix (SGLang's request-contract check: an
+            unknown sampling parameter).
+        unreachable_timeout: Seconds a server that refuses connections is retried before giving up.
+        retry_aborted: Send a generation the server aborted again (within :attr:`max_retries`); off, the abort is
+            raised (``SGLangAbortedError``) and nothing is recorded.
+    """
+
+    max_retries: int = 8
+    backoff_base: float = 0.5
+    backoff_max: float = 30.0
+    deadline: float = 1800.0
+    never_retry_statuses: frozenset[int] = field(default_factory=lambda: frozenset({401, 403, 404}))
+    never_retry_markers: tuple[str, ...] = ("unknown field",)
+    unreachable_timeout: float = 2.0
+    retry_aborted: bool = False
+
+    def retryable(self, error: GenerationError) -> bool:
+        """Whether a later attempt may succeed where this one failed with ``error``."""
+        if isinstance(error, ContextLengthError):
+            return False
+        if isinstance(error, ServerHTTPError):
+            return error.status not in self.never_retry_statuses and not any(
+                marker in error.body for marker in self.never_retry_markers
+            )
+        return isinstance(error, ServerConnectionError)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based): exponential with jitter."""
+        delay = min(self.backoff_max, self.backoff_base * (2**attempt))
+        return float(delay / 2 + random.uniform(0, delay / 2))
 
 
 # The SGLang names of the backend-neutral generation errors (one class, two names; see strands_tito.errors).
@@ -59,10 +121,12 @@ SGLangCancelledError = RequestCancelledError
 def classify_http_error(status: int, body: str) -> ServerHTTPError:
     """Map an error status and body to the most specific :class:`ServerHTTPError` subclass."""
     if status == 400 and any(marker in body.lower() for marker in CONTEXT_LENGTH_MARKERS):
-        return ContextLengthError(status, body)
+        return ContextLengthError(
+            f"HTTP 400, the prompt does not fit the context: {body[:500]}", status=status, body=body
+        )
     if status in THROTTLING_STATUS_CODES:
-        return ThrottledError(status, body)
-    return ServerHTTPError(status, body)
+        return ThrottledError(f"HTTP {status}, the server is overloaded: {body[:500]}", status=status, body=body)
+    return ServerHTTPError(f"HTTP {status}: {body[:500]}", status=status, body=body)
 
 
 def _retry_after_seconds(value: str | None) -> float | None:
@@ -91,10 +155,8 @@ class TokenClient:
         max_connections: Size of the connection pool; set it to the number of concurrent rollouts.
         timeout: Seconds to wait for one reply (a long generation counts against it); None waits forever.
         connect_timeout: Seconds to wait for a TCP connection.
-        max_retries: Retries after the first attempt, for retryable failures only.
-        backoff_base: First backoff delay in seconds; doubles each retry.
-        backoff_max: Cap on one backoff delay.
-        deadline: Overall seconds one :meth:`generate` call may take, retries and waits included.
+        retry: Which failures are retried and for how long (default: ``RetryPolicy()``).
+        max_retries, backoff_base, backoff_max, deadline: Override that field of ``retry``.
         retry_delay: strands-sglang 0.6's name for ``backoff_base`` (there a fixed delay; here the first one).
     """
 
@@ -102,25 +164,28 @@ class TokenClient:
         self,
         base_url: str,
         *,
-        max_connections: int = 256,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
         timeout: float | None = 600.0,
         connect_timeout: float = 5.0,
-        max_retries: int = 8,
-        backoff_base: float = 0.5,
-        backoff_max: float = 30.0,
-        deadline: float = 1800.0,
+        retry: RetryPolicy | None = None,
+        max_retries: int | None = None,
+        backoff_base: float | None = None,
+        backoff_max: float | None = None,
+        deadline: float | None = None,
         retry_delay: float | None = None,
     ) -> None:
-        if retry_delay is not None:
-            backoff_base = retry_delay
+        policy = retry or RetryPolicy()
+        self.retry = replace(
+            policy,
+            max_retries=policy.max_retries if max_retries is None else max_retries,
+            backoff_base=next((v for v in (retry_delay, backoff_base) if v is not None), policy.backoff_base),
+            backoff_max=policy.backoff_max if backoff_max is None else backoff_max,
+            deadline=policy.deadline if deadline is None else deadline,
+        )
         self.base_url = base_url.rstrip("/")
         self.max_connections = max_connections
         self.timeout = timeout
         self.connect_timeout = connect_timeout
-        self.max_retries = max_retries
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self.deadline = deadline
         self._http: httpx.AsyncClient | None = None
         self._http_loop: asyncio.AbstractEventLoop | None = None
         self._pool: ConnectionPool | None = None
@@ -183,20 +248,30 @@ class TokenClient:
     ) -> None:
         await self.aclose()
 
-    def _backoff(self, attempt: int) -> float:
-        delay = min(self.backoff_max, self.backoff_base * (2**attempt))
-        return float(delay / 2 + random.uniform(0, delay / 2))
+    @property
+    def max_retries(self) -> int:
+        """:attr:`RetryPolicy.max_retries` of :attr:`retry`."""
+        return self.retry.max_retries
+
+    @property
+    def retry_delay(self) -> float:
+        """:attr:`RetryPolicy.backoff_base` of :attr:`retry` (strands-sglang 0.6's name)."""
+        return self.retry.backoff_base
 
     async def _send(self, method: str, path: str, body: bytes | None) -> HTTPReply:
         if self._plain:
             try:
                 return await self._lean_pool().request(method, path, body)
+            except HTTPConnectError as e:
+                raise ServerUnreachableError(f"cannot connect to {self.base_url}: {e}") from e
             except HTTPTransportError as e:
                 # Refused/reset connections, timeouts and bodies cut short by the server.
                 raise ServerConnectionError(f"{method} {self.base_url}{path} failed: {e}") from e
         headers = {"Content-Type": "application/json"} if body is not None else None
         try:
             response = await self._client().request(method, path, content=body, headers=headers)
+        except httpx.ConnectError as e:
+            raise ServerUnreachableError(f"cannot connect to {self.base_url}: {e}") from e
         except (httpx.TransportError, httpx.DecodingError) as e:
             raise ServerConnectionError(f"{method} {self.base_url}{path} failed: {type(e).__name__}: {e}") from e
         return HTTPReply(response.status_code, dict(response.headers), response.content)
@@ -209,18 +284,18 @@ class TokenClient:
             ReplyDecodingError: see the class docstrings.
         """
         body = None if payload is None else orjson.dumps(payload)
+        policy = self.retry
         start = time.monotonic()
+        unreachable_since: float | None = None
         attempt = 0
         while True:
             retry_after: float | None = None
+            attempt_start = time.monotonic()
             try:
                 response = await self._send(method, path, body)
                 if response.status >= 400:
-                    error = classify_http_error(response.status, response.text)
-                    if response.status not in RETRYABLE_STATUS_CODES:
-                        raise error
                     retry_after = _retry_after_seconds(response.headers.get("retry-after"))
-                    raise error
+                    raise classify_http_error(response.status, response.text)
                 try:
                     return orjson.loads(response.content)
                 except orjson.JSONDecodeError as e:
@@ -228,14 +303,24 @@ class TokenClient:
                         f"{method} {path}: HTTP 200 with a body that is not JSON: {response.text[:200]!r}"
                     ) from e
             except (ServerConnectionError, ServerHTTPError) as error:
-                retryable = isinstance(error, ServerConnectionError) or (
-                    isinstance(error, ServerHTTPError) and error.status in RETRYABLE_STATUS_CODES
-                )
-                if not retryable or attempt >= self.max_retries:
+                # A refused connection is bounded by unreachable_timeout instead of max_retries.
+                unreachable = isinstance(error, ServerUnreachableError)
+                if not policy.retryable(error) or (attempt >= policy.max_retries and not unreachable):
                     raise
-                delay = max(self._backoff(attempt), retry_after or 0.0)
-                if time.monotonic() - start + delay > self.deadline:
+                delay = max(policy.delay(attempt), retry_after or 0.0)
+                now = time.monotonic()
+                if now - start + delay > policy.deadline:
                     raise
+                if unreachable:
+                    unreachable_since = attempt_start if unreachable_since is None else unreachable_since
+                    if now - unreachable_since + delay > policy.unreachable_timeout:
+                        raise ServerUnreachableError(
+                            f"{error}; the server is down or not listening there (no connection for "
+                            f"{now - unreachable_since:.1f}s; RetryPolicy(unreachable_timeout=...) waits longer, "
+                            "e.g. through an engine restart)"
+                        ) from error
+                else:
+                    unreachable_since = None
                 logger.warning(
                     "attempt=<%d>, delay=<%.2f>, error=<%s> | retrying SGLang request", attempt + 1, delay, error
                 )
@@ -255,6 +340,7 @@ class TokenClient:
         rid: str | None = None,
         cancel_signal: threading.Event | None = None,
         input_ids_json: bytes | None = None,
+        **fields: Any,
     ) -> dict[str, Any]:
         """POST ``/generate`` with token IDs and return the reply object (not yet validated).
 
@@ -270,6 +356,8 @@ class TokenClient:
             cancel_signal: When set while the request is in flight, the request is dropped (closing its connection,
                 which makes SGLang abort it) and :class:`RequestCancelledError` is raised.
             input_ids_json: ``input_ids`` already serialized as a JSON array (sent as it is).
+            fields: Any other ``/generate`` field, sent as given (``lora_path``, ``return_hidden_states``,
+                ``custom_params``, ...); ``stream`` is always false.
         """
         payload: dict[str, Any] = {
             "input_ids": orjson.Fragment(input_ids_json)
@@ -287,6 +375,9 @@ class TokenClient:
             payload["image_data"] = image_data
         if rid is not None:
             payload["rid"] = rid
+        if fields:
+            payload.update(fields)
+            payload["stream"] = False  # one JSON reply; a stream would not be read as one
         request = self.request_json("POST", "/generate", payload)
         if cancel_signal is None:
             reply = await request

@@ -24,6 +24,10 @@ class HTTPTimeout(HTTPTransportError):
     """No (complete) reply within the timeout."""
 
 
+class HTTPConnectError(HTTPTransportError):
+    """No connection could be opened (refused, no route): nothing is listening there."""
+
+
 @dataclass(frozen=True)
 class HTTPReply:
     """Status, headers (lower-case names) and body of one response."""
@@ -101,7 +105,7 @@ class ConnectionPool:
                 f"ConnectTimeout: no connection to {self.host}:{self.port} in {self.connect_timeout}s"
             ) from e
         except OSError as e:
-            raise HTTPTransportError(f"ConnectError: {self.host}:{self.port}: {e}") from e
+            raise HTTPConnectError(f"ConnectError: {self.host}:{self.port}: {e}") from e
         return _Connection(reader, writer)
 
     async def _exchange(self, connection: _Connection, data: bytes) -> HTTPReply:

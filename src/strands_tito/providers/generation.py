@@ -8,18 +8,19 @@ re-exported by ``strands_tito.providers.token_model``.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from strands_tito import checks
+from strands_tito.checks import FinishReason
 from strands_tito.errors import GenerationError
-from strands_tito.trajectory import FinishReason
 
 __all__ = [
     "Generation",
     "GenerationRequest",
+    "InvalidSampleError",
     "TokenAbortedError",
     "TokenResponseError",
     "check_token_ids",
@@ -31,6 +32,16 @@ class TokenResponseError(GenerationError):
     """A reply does not follow the server's protocol (missing fields, wrong lengths, NaN, ...).
 
     Nothing from the reply is recorded. Each provider raises its own subclass.
+    """
+
+
+class InvalidSampleError(TokenResponseError):
+    """The server's sampling failed numerically, so the turn is refused and nothing is recorded.
+
+    Either a logprob the turn needs is missing or unusable (SGLang sends ``null`` for a NaN or infinite logprob, vLLM
+    ``-9999.0``; a value float32 cannot hold), or SGLang ended the request with ``{"type": "stop", "matched": "NaN
+    happened"}`` (a sampled id outside the vocabulary, replaced by EOS: the last token was never sampled). Recording
+    such a turn would put an invented number into training data. Each provider raises its own subclass.
     """
 
 
@@ -93,17 +104,13 @@ class Generation:
 
 
 def finite_logprob(value: Any, where: str, error: type[TokenResponseError]) -> float | None:
-    """A logprob from a reply: None stays None, anything but a finite number raises ``error``."""
-    if value is None:
-        return None
-    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-        raise error(f"{where}: logprob {value!r} is not a finite number")
-    return float(value)
+    """A logprob from a reply (:func:`strands_tito.checks.logprob_value`): None stays None, anything but a number
+    float32 holds finitely raises ``error``."""
+    return checks.logprob_value(value, where, error)
 
 
 def check_token_ids(value: Any, where: str, error: type[TokenResponseError]) -> list[int]:
-    """A list of token ids from a reply (non-negative ints), or ``error``."""
-    # One C-level pass per check, not a Python test per token.
-    if not isinstance(value, list) or (value and (set(map(type, value)) != {int} or min(value) < 0)):
-        raise error(f"{where} is not a list of token ids")
+    """A list of token ids from a reply (:func:`strands_tito.checks.is_token_id_list`), or ``error``."""
+    if not checks.is_token_id_list(value):
+        raise error(f"{where} is not a list of token ids (ints in [0, 2**31 - 1])")
     return value

@@ -13,12 +13,17 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
 from strands.models.model import BaseModelConfig
+from strands.types.content import Messages
+from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
+from strands_tito import checks
+from strands_tito.checks import Missing
 from strands_tito.providers.client import SGLangClient, TokenClient
-from strands_tito.providers.reply_checks import is_token_id_list, triple_logprobs
+from strands_tito.providers.generation import InvalidSampleError
+from strands_tito.providers.prompt import format_messages, format_tool_specs
+from strands_tito.providers.reply_checks import triple_logprobs
 from strands_tito.providers.token_model import (
-    INVALID_TOOL_NAME,
     STATE_KEY,
     Generation,
     GenerationRequest,
@@ -32,12 +37,12 @@ from strands_tito.providers.tool_parsers import ToolParser
 from strands_tito.trajectory import FinishReason
 
 __all__ = [
-    "INVALID_TOOL_NAME",
     "STATE_KEY",
     "HistoryRewrittenError",
     "ImagesNotSupportedError",
     "SGLangAbortedError",
     "SGLangConfig",
+    "SGLangInvalidSampleError",
     "SGLangModel",
     "SGLangResponseError",
 ]
@@ -50,28 +55,18 @@ class SGLangResponseError(TokenResponseError):
     """
 
 
-class SGLangAbortedError(TokenAbortedError):
-    """The server aborted the generation (``finish_reason.type == "abort"``): an error, never a normal turn."""
-
-
-class SGLangConfig(BaseModelConfig, total=False):
-    """Configuration of :class:`SGLangModel`.
-
-    Attributes:
-        model_id: Name reported to Strands (and on its spans).
-        sampling_params: SGLang sampling parameters; ``skip_special_tokens`` defaults to False so tool markup that
-            uses special tokens survives in the text.
-        return_logprob: Record logprobs (default True).
-        return_routed_experts: Record MoE routing per turn (R3; needs ``--enable-return-routed-experts``).
-        enable_thinking: Passed to the chat template; None keeps the template's default.
-        context_window_limit: Context length; when unset it is read from the server's ``/v1/models``.
+class SGLangInvalidSampleError(SGLangResponseError, InvalidSampleError):
+    """A ``null`` logprob (SGLang's JSON for NaN or infinity) where the turn needs one, or SGLang's ``"NaN happened"``
+    stop: the turn is refused, nothing is recorded (see :class:`~strands_tito.providers.generation.InvalidSampleError`).
     """
 
-    model_id: str
-    sampling_params: dict[str, Any]
-    return_logprob: bool
-    return_routed_experts: bool
-    enable_thinking: bool | None
+
+#: SGLang's stop for a sampled id outside the vocabulary (``schedule_batch.py`` ``_check_vocab_boundary_finish``).
+NAN_STOP = "NaN happened"
+
+
+class SGLangAbortedError(TokenAbortedError):
+    """The server aborted the generation (``finish_reason.type == "abort"``): an error, never a normal turn."""
 
 
 class SGLangModel(TokenModel):
@@ -91,12 +86,36 @@ class SGLangModel(TokenModel):
         **config: :class:`SGLangConfig` keys.
     """
 
+    class SGLangConfig(BaseModelConfig, total=False):
+        """Configuration of :class:`SGLangModel`.
+
+        Attributes:
+            model_id: Name reported to Strands (and on its spans).
+            sampling_params: SGLang sampling parameters; ``skip_special_tokens`` defaults to False so tool markup that
+                uses special tokens survives in the text.
+            return_logprob: Record logprobs (default True).
+            return_routed_experts: Record MoE routing per turn (R3; needs ``--enable-return-routed-experts``).
+            enable_thinking: Passed to the chat template; None keeps the template's default.
+            first_prompt_logprobs: Record the first prompt's input logprobs too (default False). The first turn is then
+                sent with ``logprob_start_len=0``, as strands-sglang 0.6 does, which stops SGLang from reusing a cached
+                prefix for it (a system prompt shared across rollouts is computed again each time); the first token's
+                logprob is None (SGLang has none for it). Off, the first prompt's logprobs are None and later turns'
+                prompts are recorded either way.
+            context_window_limit: Context length; when unset it is read from the server's ``/v1/models``.
+        """
+
+        model_id: str
+        sampling_params: dict[str, Any]
+        return_logprob: bool
+        return_routed_experts: bool
+        enable_thinking: bool | None
+        first_prompt_logprobs: bool
+
     max_tokens_key = "max_new_tokens"
     default_sampling_params: ClassVar[dict[str, Any]] = {"skip_special_tokens": False}
     response_error = SGLangResponseError
     aborted_error = SGLangAbortedError
     config_type = SGLangConfig
-
     config: SGLangConfig
 
     def __init__(
@@ -128,6 +147,19 @@ class SGLangModel(TokenModel):
         """Return the configuration."""
         return self.config
 
+    @classmethod
+    def format_messages(cls, messages: Messages, system_prompt: str | None = None) -> list[dict[str, Any]]:
+        """The chat-template messages the first prompt renders (strands-sglang 0.6's helper; images raise).
+
+        Not an extension point: overriding it does not change what is sent, which only the exact incremental
+        encoder renders (see ``strands_tito.providers.prompt``).
+        """
+        return format_messages(messages, system_prompt)
+
+    def format_tool_specs(self, tool_specs: list[ToolSpec]) -> list[dict[str, Any]]:
+        """Tool specs in the chat template's function form (strands-sglang 0.6's helper; not an extension point)."""
+        return format_tool_specs(tool_specs) or []
+
     async def _check_images_supported(self) -> None:
         # /model_info is asked once (cached on success), before the first request that carries images.
         if not await self.client.is_multimodal():
@@ -147,10 +179,15 @@ class SGLangModel(TokenModel):
             )
         # Input logprobs start one token before the new prompt: SGLang reports null for the first position, and
         # prefix-cache reuse is capped at this value, so it must not be 0 on later turns. The first turn asks for
-        # none (-1), which keeps the shared system prompt cacheable across rollouts. With images SGLang counts
-        # positions after expanding each placeholder, which the client cannot know: no input logprobs (-1 also
-        # leaves the whole prompt cacheable).
-        logprob_start = request.recorded - 1 if request.recorded and not images else -1
+        # none (-1), which keeps the shared system prompt cacheable across rollouts, unless first_prompt_logprobs
+        # asks for them all (0). With images SGLang counts positions after expanding each placeholder, which the
+        # client cannot know: no input logprobs (-1 also leaves the whole prompt cacheable).
+        if images:
+            logprob_start = -1
+        elif request.recorded:
+            logprob_start = request.recorded - 1
+        else:
+            logprob_start = 0 if self.config.get("first_prompt_logprobs", False) else -1
         if not request.record:
             raw = await self.client.generate(input_ids, sampling_params=request.sampling_params, image_data=images)
         else:
@@ -174,8 +211,14 @@ class SGLangModel(TokenModel):
         return {"json_schema": json.dumps(schema)}
 
 
-def _logprob_entries(entries: Any, expected_ids: Sequence[int], where: str) -> list[float | None]:
-    return triple_logprobs(entries, expected_ids, where, SGLangResponseError)
+#: The configuration type (also ``SGLangModel.SGLangConfig``, where strands-sglang 0.6 had it).
+SGLangConfig = SGLangModel.SGLangConfig
+
+
+def _logprob_entries(entries: Any, expected_ids: Sequence[int], where: str, missing: Missing) -> list[float | None]:
+    return triple_logprobs(
+        entries, expected_ids, where, SGLangResponseError, missing=missing, value_error=SGLangInvalidSampleError
+    )
 
 
 def _checked_header(raw: dict[str, Any], sent: int, expanded: bool) -> tuple[list[int], dict[str, Any], dict[str, Any]]:
@@ -185,9 +228,15 @@ def _checked_header(raw: dict[str, Any], sent: int, expanded: bool) -> tuple[lis
     if not isinstance(meta, dict):
         raise SGLangResponseError("/generate reply has no meta_info object")
     finish = meta.get("finish_reason")
-    if not isinstance(finish, dict) or finish.get("type") not in ("stop", "length", "abort"):
-        raise SGLangResponseError(f"/generate reply has an unknown finish_reason {finish!r}")
-    if not is_token_id_list(output_ids):
+    if not isinstance(finish, dict):
+        raise SGLangResponseError(f"/generate reply has an unknown finish_reason {finish!r:.200}")
+    checks.finish_reason(finish.get("type"), "/generate reply", SGLangResponseError)
+    if finish.get("matched") == NAN_STOP:
+        raise SGLangInvalidSampleError(
+            "/generate reply stopped with 'NaN happened': the server sampled an id outside the vocabulary and "
+            "replaced it with a stop token, so the turn's last token was never sampled by the model"
+        )
+    if not checks.is_token_id_list(output_ids):
         raise SGLangResponseError("/generate reply has no output_ids list of token ids")
     if finish["type"] != "abort":
         if not output_ids:
@@ -220,12 +269,14 @@ def _parse_reply(
 
     output_logprobs = prompt_logprobs = None
     if want_logprobs and finish_type != "abort":
-        output_logprobs = _logprob_entries(meta.get("output_token_logprobs"), output_ids, "output_token_logprobs")
+        output_logprobs = _logprob_entries(
+            meta.get("output_token_logprobs"), output_ids, "output_token_logprobs", "never"
+        )
         if logprob_start >= 0:
             entries = meta.get("input_token_logprobs")
             expected = list(input_ids[logprob_start:])
             # Keep only the new prompt tokens; the first entry (null by protocol) is an already recorded token.
-            prompt_logprobs = _logprob_entries(entries, expected, "input_token_logprobs")[-new_prompt:]
+            prompt_logprobs = _logprob_entries(entries, expected, "input_token_logprobs", "first")[-new_prompt:]
 
     routed = None
     if want_routed and finish_type != "abort":

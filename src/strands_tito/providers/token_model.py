@@ -15,15 +15,15 @@ both live in :mod:`~strands_tito.providers.generation`, re-exported here).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import itertools
 import json
 import logging
-import os
+import re
 import threading
-import warnings
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterable
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
@@ -37,8 +37,15 @@ from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.capture.recorder import AgentState, end_trajectory, record_turn
-from strands_tito.errors import ContextLengthError, GenerationError, RequestCancelledError, ThrottledError
+from strands_tito.errors import (
+    ContextLengthError,
+    GenerationError,
+    RequestCancelledError,
+    ServerUnreachableError,
+    ThrottledError,
+)
 from strands_tito.providers.client import TokenClient
+from strands_tito.providers.config_keys import warn_unknown_config_keys
 from strands_tito.providers.generation import (
     Generation,
     GenerationRequest,
@@ -49,7 +56,9 @@ from strands_tito.providers.generation import (
 )
 from strands_tito.providers.prompt import PromptEncoder
 from strands_tito.providers.reasoning import split_harmony, split_reasoning
+from strands_tito.providers.rejected_call import RejectedToolCall
 from strands_tito.providers.tool_parsers import (
+    UNKNOWN_TOOL_NAME,
     HermesToolParser,
     ToolCall,
     ToolParser,
@@ -60,7 +69,6 @@ from strands_tito.providers.tool_parsers import (
 from strands_tito.trajectory import Trajectory, TrajectoryError
 
 __all__ = [
-    "INVALID_TOOL_NAME",
     "STATE_KEY",
     "Generation",
     "GenerationRequest",
@@ -71,7 +79,6 @@ __all__ = [
     "TokenResponseError",
     "check_token_ids",
     "finite_logprob",
-    "warn_unknown_config_keys",
 ]
 
 logger = logging.getLogger(__name__)
@@ -80,8 +87,8 @@ T = TypeVar("T", bound=BaseModel)
 
 #: Key of the per-agent state in the ``model_state`` Strands keeps for each agent (shared by all providers).
 STATE_KEY = "strands_tito"
-#: Name given to a malformed tool call, one no tool can have.
-INVALID_TOOL_NAME = "invalid_tool_call"
+#: Tool names Strands accepts (``strands.tools.tools.validate_tool_use_name``).
+_TOOL_NAME = re.compile(r"[a-zA-Z0-9_\-]{1,64}")
 #: Creation order of per-agent states (``rollout_history`` keeps finished trajectories in that order).
 _STATE_ORDER = itertools.count()
 
@@ -196,7 +203,17 @@ class TokenModel(Model):
         """Update configuration keys; a key the provider's config type does not define warns (and is kept)."""
         warn_unknown_config_keys(model_config, self.config_type)
         self.config.update(model_config)
-        self._prompts = PromptEncoder(self.tokenizer, enable_thinking=self.config.get("enable_thinking"))
+        self._prompt_encoder: PromptEncoder | None = None
+        if isinstance(self.tokenizer, PreTrainedTokenizerBase):
+            self._prompt_encoder = self._prompts  # a template the encoder cannot follow fails here, not mid-rollout
+
+    @property
+    def _prompts(self) -> PromptEncoder:
+        # Built on first use for a tokenizer that is not a Hugging Face one (a test double: strands-env's tests
+        # build the model with a MagicMock and never render a prompt).
+        if self._prompt_encoder is None:
+            self._prompt_encoder = PromptEncoder(self.tokenizer, enable_thinking=self.config.get("enable_thinking"))
+        return self._prompt_encoder
 
     def get_config(self) -> Any:
         """Return the configuration."""
@@ -223,6 +240,11 @@ class TokenModel(Model):
     def routed_experts(self) -> list[str]:
         """Per-turn base64 routed-expert slices of :attr:`trajectory`."""
         return self._last_state.trajectory.routed_experts
+
+    @property
+    def processed_messages(self) -> int:
+        """How many of the agent's messages :attr:`trajectory` holds (strands-sglang 0.6's message cursor)."""
+        return self._last_state.cursor
 
     @property
     def tool_parse_errors(self) -> dict[str, int]:
@@ -299,6 +321,8 @@ class TokenModel(Model):
             return cast(int, limit)
         try:
             return await self.client.max_model_len()
+        except ServerUnreachableError:
+            raise  # the generation would wait out the same window again
         except GenerationError as e:
             logger.warning("error=<%s> | could not read the context length; will ask again next turn", e)
             return None
@@ -352,7 +376,7 @@ class TokenModel(Model):
         self._last_state = state
         agent = (invocation_state or {}).get("agent")
         if agent is not None and agent not in self._hooked_agents:
-            agent.add_hook(self._cancel_malformed_call, BeforeToolCallEvent)
+            agent.add_hook(self._reject_malformed_call, BeforeToolCallEvent)
             self._hooked_agents.add(agent)
         return state
 
@@ -395,15 +419,23 @@ class TokenModel(Model):
         return request, prompt_ids
 
     async def _send(self, request: GenerationRequest) -> Generation | None:
-        """The provider's reply, None if the caller cancelled; context and throttling errors become Strands'."""
-        try:
-            return await self._generate(request)
-        except RequestCancelledError:
-            return None
-        except ContextLengthError as e:
-            raise ContextWindowOverflowException(str(e)) from e
-        except ThrottledError as e:
-            raise ModelThrottledException(str(e)) from e
+        """The reply (a server abort sent again if ``client.retry.retry_aborted``), None if the caller cancelled."""
+        policy = self.client.retry
+        attempt = 0
+        while True:
+            try:
+                reply = await self._generate(request)
+            except RequestCancelledError:
+                return None
+            except ContextLengthError as e:
+                raise ContextWindowOverflowException(str(e)) from e
+            except ThrottledError as e:
+                raise ModelThrottledException(str(e)) from e
+            if reply.finish_reason != "abort" or not policy.retry_aborted or attempt >= policy.max_retries:
+                return reply
+            logger.warning("attempt=<%d> | the server aborted the generation; sending it again", attempt + 1)
+            await asyncio.sleep(policy.delay(attempt))
+            attempt += 1
 
     def _record(
         self,
@@ -504,25 +536,27 @@ class TokenModel(Model):
         return None if token is None else self._prompts.token_id(token)
 
     def _tool_use_events(self, state: _AgentState, call: ToolCall) -> list[StreamEvent]:
-        name = call.name
+        # A malformed call keeps the name the model wrote, so per-tool metrics (Strands' and strands-env's
+        # parse_errors) count it under that tool; the agent's hook cancels it before it runs (the model sees why).
+        # A name Strands would refuse before the hook runs is reported as UNKNOWN_TOOL_NAME.
+        name = call.name if _TOOL_NAME.fullmatch(call.name) else UNKNOWN_TOOL_NAME
         if call.error is not None:
-            label = call.name or "unknown"
-            state.tool_parse_errors[label] = state.tool_parse_errors.get(label, 0) + 1
+            state.tool_parse_errors[name] = state.tool_parse_errors.get(name, 0) + 1
             self._malformed_calls[call.id] = (
                 f"Invalid tool call: {call.error}. The call was not executed.\nRaw tool call text: {call.raw}"
             )
-            # A name no tool can have: even without the cancelling hook the call can never run with made-up input.
-            name = INVALID_TOOL_NAME
         return [
             {"contentBlockStart": {"start": {"toolUse": {"toolUseId": call.id, "name": name}}}},
             {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(call.input)}}}},
             {"contentBlockStop": {}},
         ]
 
-    def _cancel_malformed_call(self, event: BeforeToolCallEvent) -> None:
+    def _reject_malformed_call(self, event: BeforeToolCallEvent) -> None:
         message = self._malformed_calls.pop(str(event.tool_use.get("toolUseId")), None)
         if message is not None:
-            event.cancel_tool = message
+            # Stands in for the tool, so Strands records a failed call of it (its per-tool metrics, which
+            # strands-env reads) while nothing of the tool runs.
+            event.selected_tool = RejectedToolCall(event.tool_use["name"], message)
 
     async def structured_output(
         self, output_model: type[T], prompt: Messages, system_prompt: str | None = None, **kwargs: Any
@@ -546,34 +580,10 @@ class TokenModel(Model):
             record=False,
             image_data=images,
         )
-        try:
-            reply = await self._generate(request)
-        except ContextLengthError as e:
-            raise ContextWindowOverflowException(str(e)) from e
-        except ThrottledError as e:
-            raise ModelThrottledException(str(e)) from e
-        if reply.finish_reason == "abort":
+        reply = await self._send(request)
+        if reply is None or reply.finish_reason == "abort":
             raise self.aborted_error("structured output generation aborted by the server")
         yield {"output": output_model.model_validate_json(reply.text)}
-
-
-def warn_unknown_config_keys(config: Mapping[str, Any], config_type: type) -> None:
-    """Warn, naming them and the valid keys, about configuration keys ``config_type`` (a ``TypedDict``) lacks.
-
-    Like Strands' own providers, an unknown key is only warned about (and kept): a typo such as ``sampling_param``
-    would otherwise be silently ignored. The warning points at the caller's line, outside strands-tito.
-    """
-    valid = set(getattr(config_type, "__required_keys__", ())) | set(getattr(config_type, "__optional_keys__", ()))
-    unknown = sorted(set(config) - valid)
-    if unknown:
-        warnings.warn(
-            f"unknown {config_type.__name__} key(s) {unknown}; valid keys are {sorted(valid)}",
-            UserWarning,
-            skip_file_prefixes=(_PACKAGE_DIR,),
-        )
-
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _plain_text(message: Any) -> str:

@@ -34,7 +34,8 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito.errors import ContextLengthError, ReplyDecodingError, ServerHTTPError
 from strands_tito.providers.client import TokenClient, until_cancelled
-from strands_tito.providers.reply_checks import checked_logprobs, finite_logprobs, keyed_logprobs
+from strands_tito.providers.generation import InvalidSampleError
+from strands_tito.providers.reply_checks import finite_logprobs, keyed_logprobs
 from strands_tito.providers.token_model import (
     Generation,
     GenerationRequest,
@@ -43,7 +44,6 @@ from strands_tito.providers.token_model import (
     TokenModel,
     TokenResponseError,
     check_token_ids,
-    finite_logprob,
 )
 from strands_tito.providers.tool_parsers import ToolParser
 from strands_tito.trajectory import FinishReason
@@ -55,6 +55,7 @@ __all__ = [
     "VLLMClient",
     "VLLMConfig",
     "VLLMEndpointError",
+    "VLLMInvalidSampleError",
     "VLLMModel",
     "VLLMResponseError",
 ]
@@ -67,12 +68,13 @@ Endpoint = Literal["auto", "generate", "completions"]
 _ENDPOINTS: tuple[str, ...] = ("auto", "generate", "completions")
 # vLLM's 400 messages for prompts that do not fit (v0.32: the tokens endpoint's renderer, the OpenAI endpoints and
 # get_max_tokens); the SGLang markers of TokenClient cover "maximum context length" already.
-_CONTEXT_MARKERS = (
-    "maximum context length",
-    "longer than the maximum model length",
-    "exceeds model's maximum context length",
-)
 _TOKEN_ID_PREFIX = "token_id:"
+#: What vLLM writes for a missing, NaN or infinite logprob (``_clamp_logprob`` in the tokens endpoint, ``max(logprob,
+#: -9999.0)`` in ``/v1/completions``): never a real log-probability.
+LOGPROB_FLOOR = -9999.0
+#: vLLM's finish for a request its repetition detection stopped (``sampling_params.repetition_detection``): the
+#: tokens are real model output, so the turn is a ``stop`` (``matched_stop`` says why) and the agent sees ``end_turn``.
+REPETITION = "repetition"
 
 
 class VLLMResponseError(TokenResponseError):
@@ -80,6 +82,12 @@ class VLLMResponseError(TokenResponseError):
 
     Nothing from the reply is recorded.
     """
+
+
+class VLLMInvalidSampleError(VLLMResponseError, InvalidSampleError):
+    """A generated token's logprob is vLLM's ``-9999.0`` floor (its value for a missing, NaN or infinite logprob),
+    ``null``, or not a finite float32 number: the turn is refused, nothing is recorded (see
+    :class:`~strands_tito.providers.generation.InvalidSampleError`)."""
 
 
 class VLLMAbortedError(TokenAbortedError):
@@ -132,18 +140,17 @@ class VLLMClient(TokenClient):
             return await super().request_json(method, path, payload)
         except ServerHTTPError as e:
             body = e.body
-            context = e.status == 400 and any(marker in body.lower() for marker in _CONTEXT_MARKERS)
-            if context or isinstance(e, ContextLengthError):
+            if isinstance(e, ContextLengthError):
                 raise ContextLengthError(
-                    e.status,
-                    body,
                     f"vLLM returned HTTP 400 on {path}: the prompt does not fit the context window "
                     f"(the server's --max-model-len): {body[:500]}",
+                    status=e.status,
+                    body=body,
                 ) from e
             message = f"vLLM returned HTTP {e.status} on {path}: {body[:500]}"
             if e.status == 404 and '"model"' in body and "does not exist" in body:
                 message += " (set model_id= to a name the server serves: vllm serve --served-model-name)"
-            raise type(e)(e.status, body, message) from e
+            raise type(e)(message, status=e.status, body=body) from e
 
     async def post(
         self, path: str, payload: dict[str, Any], cancel_signal: threading.Event | None = None
@@ -262,10 +269,10 @@ class VLLMModel(TokenModel):
                     raise
                 if self.config.get("endpoint", "auto") == "generate":
                     raise VLLMEndpointError(
-                        e.status,
-                        e.body,
                         f"vLLM refused {GENERATE_PATH} (HTTP {e.status}): start the server with --enable-scale-out "
                         f"(or --tokens-only), or use endpoint='completions' or 'auto'. Server said: {e.body[:300]}",
+                        status=e.status,
+                        body=e.body,
                     ) from e
                 logger.warning(
                     "status=<%d> | vLLM has no %s (start it with --enable-scale-out); using %s with token-id prompts",
@@ -375,7 +382,8 @@ class VLLMModel(TokenModel):
             output_ids=output_ids,
             output_logprobs=reply.output_logprobs,
             prompt_logprobs=prompt_logprobs,
-            text=self._text(output_ids, finish, stop_reason),
+            # A repetition stop matched no stop token or string: nothing to trim.
+            text=self._text(output_ids, finish, None if choice.get("finish_reason") == REPETITION else stop_reason),
             finish_reason=finish,
             matched_stop=matched,
             cached_tokens=cached,
@@ -454,6 +462,8 @@ def _choice(
         finish: FinishReason = "abort"
     elif reason in ("stop", "length"):
         finish = cast(FinishReason, reason)
+    elif reason == REPETITION:
+        finish = "stop"
     else:
         raise VLLMResponseError(f"{source} reply has an unknown finish_reason {reason!r}")
     stop_reason = choice.get("stop_reason")
@@ -471,7 +481,28 @@ def _choice(
 
 def _generate_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float | None]:
     content = logprobs.get("content") if isinstance(logprobs, dict) else None
-    return keyed_logprobs(content, output_ids, f"{GENERATE_PATH} logprobs.content", VLLMResponseError)
+    where = f"{GENERATE_PATH} logprobs.content"
+    values = keyed_logprobs(
+        content, output_ids, where, VLLMResponseError, missing="never", value_error=VLLMInvalidSampleError
+    )
+    return _refuse_floor(values, where)
+
+
+def _refuse_floor(values: list[float | None], where: str) -> list[float | None]:
+    """Generated tokens' logprobs, none of them vLLM's floor for a missing one (one C-level pass)."""
+    if LOGPROB_FLOOR in values:
+        raise VLLMInvalidSampleError(
+            f"{where}[{values.index(LOGPROB_FLOOR)}]: logprob -9999.0 is vLLM's value for a missing, NaN or infinite "
+            "logprob; a generated token without its real logprob is never recorded as training data"
+        )
+    return values
+
+
+def _floor_as_missing(values: list[Any]) -> list[Any]:
+    """Prompt logprobs with vLLM's floor read as what it stands for: missing."""
+    if LOGPROB_FLOOR in values:
+        return [None if v == LOGPROB_FLOOR and v is not True else v for v in values]
+    return values
 
 
 def _ids_from_logprob_tokens(logprobs: Any) -> list[int]:
@@ -500,7 +531,7 @@ def _completion_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float
     if not isinstance(values, list) or len(values) != len(output_ids):
         got = len(values) if isinstance(values, list) else type(values).__name__
         raise VLLMResponseError(f"{where}: expected {len(output_ids)} entries, got {got}")
-    return finite_logprobs(values, where, VLLMResponseError)
+    return _refuse_floor(finite_logprobs(values, where, VLLMInvalidSampleError, missing="never"), where)
 
 
 def _ids_json(request: GenerationRequest) -> orjson.Fragment | list[int]:
@@ -517,10 +548,10 @@ def _prompt_logprobs(entries: Any, input_ids: Sequence[int], new_prompt: int, so
             f"{where}: expected {len(input_ids)} entries, got {got} (does the server allow prompt logprobs?)"
         )
     start = len(input_ids) - new_prompt
-    fast = _prompt_logprobs_at_once(entries[start:], input_ids[start:])
-    if fast is not None:
-        return fast
-    out: list[float | None] = []
+    values = _prompt_logprobs_at_once(entries[start:], input_ids[start:])
+    if values is not None:
+        return finite_logprobs(values, where, VLLMInvalidSampleError, missing="anywhere")
+    out: list[Any] = []
     for position in range(start, len(input_ids)):
         entry = entries[position]
         if entry is None:
@@ -529,13 +560,14 @@ def _prompt_logprobs(entries: Any, input_ids: Sequence[int], new_prompt: int, so
         found = entry.get(str(input_ids[position])) if isinstance(entry, dict) else None
         if not isinstance(found, dict):
             raise VLLMResponseError(f"{where}[{position}]: no entry for token {input_ids[position]}")
-        out.append(finite_logprob(found.get("logprob"), f"{where}[{position}]", VLLMResponseError))
-    return out
+        out.append(found.get("logprob"))
+    return finite_logprobs(_floor_as_missing(out), where, VLLMInvalidSampleError, missing="anywhere")
 
 
-def _prompt_logprobs_at_once(entries: list[Any], ids: Sequence[int]) -> list[float | None] | None:
-    """The new prompt tokens' logprobs checked in whole-array passes, or None when anything is off (the caller's
-    per-position loop then names the bad entry). Null entries are taken only at the start (position 0 is null)."""
+def _prompt_logprobs_at_once(entries: list[Any], ids: Sequence[int]) -> list[Any] | None:
+    """The new prompt tokens' logprob values (unchecked, the floor read as missing) taken out in whole-array passes,
+    or None when an entry is off (the caller's per-position loop then names it). Null entries are taken only at the
+    start (position 0 is null)."""
     nulls = entries.count(None)
     if nulls and entries[:nulls].count(None) != nulls:
         return None
@@ -545,11 +577,8 @@ def _prompt_logprobs_at_once(entries: list[Any], ids: Sequence[int]) -> list[flo
     found: list[Any] = list(map(dict.get, rest, map(str, ids[nulls:])))
     if found and set(map(type, found)) != {dict}:
         return None
-    checked = checked_logprobs(list(map(dict.get, found, itertools.repeat("logprob"))))
-    if checked is None:
-        return None
-    head: list[float | None] = [None] * nulls
-    return head + checked
+    head: list[Any] = [None] * nulls
+    return head + _floor_as_missing(list(map(dict.get, found, itertools.repeat("logprob"))))
 
 
 def _weight_version(spans: Any) -> str | None:

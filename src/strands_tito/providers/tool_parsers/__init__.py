@@ -23,15 +23,17 @@ registry name      models                                       class
 =================  ===========================================  =============================
 
 ``get_tool_parser("auto", tokenizer=...)`` (and :func:`detect_tool_parser`) picks the parser from the tokenizer's
-chat template and special tokens. strands-sglang 0.6.2's names are kept: ``ToolParseResult`` (this package's
-:class:`ToolCall`), ``TOOL_PARSER_REGISTRY`` (the same dict as ``TOOL_PARSERS``) and its parser class names.
+chat template and special tokens. :func:`register_tool_parser` adds a parser of your own (strands-sglang 0.6.2's
+module paths and parser base class: :mod:`strands_tito.compat.tool_parsers`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from strands_tito.providers.tool_parsers.base import ToolCall, ToolParser, new_call_id
+from strands_tito.errors import StrandsTitoError
+from strands_tito.providers.tool_parsers.base import UNKNOWN_TOOL_NAME, ToolCall, ToolParser, new_call_id
 from strands_tito.providers.tool_parsers.detect import ToolParserDetectionError, detect_tool_parser, foreign_markup
 from strands_tito.providers.tool_parsers.detect import warn_foreign_markup as _warn_foreign_markup
 from strands_tito.providers.tool_parsers.dsml import DeepSeekV4ToolParser, DeepSeekV32ToolParser
@@ -42,9 +44,6 @@ from strands_tito.providers.tool_parsers.mistral import MistralToolParser
 from strands_tito.providers.tool_parsers.sections import DeepSeekV31ToolParser, KimiK2ToolParser
 from strands_tito.providers.tool_parsers.seed_oss import SeedOSSToolParser
 from strands_tito.providers.tool_parsers.xml import GLMToolParser, MiniMaxM2ToolParser, QwenXMLToolParser
-
-#: strands-sglang 0.6.2's name for one parsed call; the same type as :class:`ToolCall`.
-ToolParseResult = ToolCall
 
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
     parser.name: parser
@@ -63,8 +62,24 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
         SeedOSSToolParser,
     )
 }
-#: strands-sglang 0.6.2's name for the registry: the same dict object as :data:`TOOL_PARSERS`.
-TOOL_PARSER_REGISTRY = TOOL_PARSERS
+
+
+def register_tool_parser[P: type[ToolParser]](name: str) -> Callable[[P], P]:
+    """Class decorator: make a parser available as ``get_tool_parser(name)`` and ``SGLangModel(tool_parser=name)``."""
+
+    def register(parser: P) -> P:
+        parser.name = name
+        TOOL_PARSERS[name] = parser
+        return parser
+
+    return register
+
+
+class UnknownToolParserError(StrandsTitoError, KeyError, ValueError):
+    """No parser is registered under the name (a ``KeyError`` as in strands-sglang 0.6, and a ``ValueError``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 def get_tool_parser(name: str = "auto", *, tokenizer: Any = None, **kwargs: Any) -> ToolParser:
@@ -76,7 +91,8 @@ def get_tool_parser(name: str = "auto", *, tokenizer: Any = None, **kwargs: Any)
         kwargs: Passed to the parser class (e.g. ``think_start``/``think_end``).
 
     Raises:
-        ValueError: Unknown name, or ``"auto"`` without a tokenizer.
+        UnknownToolParserError: Unknown name (a ``KeyError`` and a ``ValueError``).
+        ValueError: ``"auto"`` without a tokenizer.
         ToolParserDetectionError: ``"auto"`` could not decide (a ``ValueError``; the message lists the parsers).
     """
     if name == "auto":
@@ -86,7 +102,7 @@ def get_tool_parser(name: str = "auto", *, tokenizer: Any = None, **kwargs: Any)
     try:
         parser_class = TOOL_PARSERS[name]
     except KeyError:
-        raise ValueError(f"unknown tool parser {name!r}; known: {sorted(TOOL_PARSERS)} or 'auto'") from None
+        raise UnknownToolParserError(f"unknown tool parser {name!r}; known: {sorted(TOOL_PARSERS)} or 'auto'") from None
     return parser_class(**kwargs)
 
 
@@ -97,7 +113,7 @@ def warn_foreign_markup(parser: ToolParser, text: str) -> list[str]:
 
 __all__ = [
     "TOOL_PARSERS",
-    "TOOL_PARSER_REGISTRY",
+    "UNKNOWN_TOOL_NAME",
     "DeepSeekV4ToolParser",
     "DeepSeekV31ToolParser",
     "DeepSeekV32ToolParser",
@@ -111,12 +127,13 @@ __all__ = [
     "QwenXMLToolParser",
     "SeedOSSToolParser",
     "ToolCall",
-    "ToolParseResult",
     "ToolParser",
     "ToolParserDetectionError",
+    "UnknownToolParserError",
     "detect_tool_parser",
     "foreign_markup",
     "get_tool_parser",
     "new_call_id",
+    "register_tool_parser",
     "warn_foreign_markup",
 ]

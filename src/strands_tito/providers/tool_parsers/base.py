@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from strands.types.tools import ToolSpec
 
 __all__ = [
+    "UNKNOWN_TOOL_NAME",
     "ToolCall",
     "ToolParser",
     "new_call_id",
@@ -38,6 +39,10 @@ __all__ = [
     "schema_properties",
     "strict_json",
 ]
+
+
+#: Name a malformed call is reported under when the model's text names no tool that can be read.
+UNKNOWN_TOOL_NAME = "unknown_tool"
 
 
 @dataclass(frozen=True)
@@ -211,10 +216,23 @@ def _as_error(call: ToolCall, reason: str) -> ToolCall:
 
 
 class TaggedCallParser(ToolParser):
-    """Shared scanning for formats that wrap each call in its own start/end tags (``<tool_call>...</tool_call>``)."""
+    """Shared scanning for formats that wrap each call in its own start/end tags (``<tool_call>...</tool_call>``).
 
-    call_start: ClassVar[str] = "<tool_call>"
-    call_end: ClassVar[str] = "</tool_call>"
+    Args:
+        tool_start_token: Tag that opens a call, for a model trained with other tags (default: the format's).
+        tool_end_token: Tag that closes a call.
+        kwargs: See :class:`ToolParser`.
+    """
+
+    call_start: str = "<tool_call>"
+    call_end: str = "</tool_call>"
+
+    def __init__(self, tool_start_token: str | None = None, tool_end_token: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if tool_start_token is not None:
+            self.call_start = tool_start_token
+        if tool_end_token is not None:
+            self.call_end = tool_end_token
 
     def parse_calls(self, text: str, tool_specs: Sequence[ToolSpec] | None = None) -> list[ToolCall]:
         specs = {spec["name"]: spec for spec in tool_specs or []}

@@ -9,6 +9,9 @@ from strands.types.tools import ToolSpec
 
 from strands_tito.providers.tool_parsers.base import TaggedCallParser, ToolCall, new_call_id, parse_json_object
 
+# The name of a call whose JSON is broken, so its error is counted under the tool the model meant.
+_NAME = re.compile(r'"name"\s*:\s*"([^"\\]+)"')
+
 __all__ = ["HermesToolParser"]
 
 
@@ -26,7 +29,8 @@ class HermesToolParser(TaggedCallParser):
     def parse_body(self, index: int, body: str, raw: str, specs: dict[str, ToolSpec]) -> ToolCall:
         payload = parse_json_object(body, "tool call")
         if isinstance(payload, str):
-            return self.error(index, payload, raw)
+            found = _NAME.search(body)
+            return self.error(index, payload, raw, found.group(1) if found else "")
         name = payload.get("name")
         if not isinstance(name, str) or not name:
             return self.error(index, 'tool call has no "name" string', raw)

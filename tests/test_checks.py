@@ -1,0 +1,197 @@
+"""One rule, one place: what the provider accepts, the trajectory and the collector accept, and the fast array paths
+decide exactly as the per-entry rule does."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from strands_tito import checks, spans
+from strands_tito.assembly import chain_turn
+from strands_tito.checks import FLOAT32_OVERFLOW, Missing
+from strands_tito.providers.sglang import SGLangResponseError, _parse_reply
+from strands_tito.trajectory import Trajectory, TrajectoryError
+
+MISSING: list[Missing] = ["anywhere", "first", "never", "all_or_none"]
+
+
+class Refused(ValueError):
+    pass
+
+
+def outcome(values: list[Any], missing: Missing) -> tuple[str, Any]:
+    try:
+        checked, packed = checks.logprobs(values, "lp", Refused, missing=missing)
+    except Refused as e:
+        return "error", str(e)
+    return "ok", (repr(checked), packed)
+
+
+_value = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(-1e3, 0.0, width=32),
+    st.none(),
+    st.integers(-5, 5),
+    st.sampled_from(["-1", True, -1e39, 3.4e38, -FLOAT32_OVERFLOW, -math.nextafter(FLOAT32_OVERFLOW, 0), -(10**400)]),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=st.lists(_value, max_size=90), missing=st.sampled_from(MISSING))
+def test_fast_paths_decide_as_the_per_entry_rule(
+    monkeypatch: pytest.MonkeyPatch, values: list[Any], missing: Missing
+) -> None:
+    """The plain-Python, ``array``/``sum`` and numpy paths give the per-entry loop's result, bytes and error."""
+    fast = outcome(values, missing)
+    with monkeypatch.context() as patch:
+        patch.setattr(checks, "_SMALL", -1)
+        assert outcome(values, missing) == fast
+    with monkeypatch.context() as patch:
+        patch.setattr(checks, "_pack_floats", lambda v, m: None)
+        patch.setattr(checks, "_numeric", lambda v, k, m: None)
+        assert outcome(values, missing) == fast
+
+
+_floats_long = st.builds(
+    lambda first, body, tail: [*first, *body, *tail],
+    st.sampled_from([[], [None]]),
+    st.lists(st.floats(-1e3, 0.0, width=32), min_size=65, max_size=100),
+    st.lists(st.sampled_from([math.nan, math.inf, -math.inf, None, -1e300, -1e39, 3.4e38, -0.5]), max_size=3),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(values=_floats_long, rng=st.randoms(use_true_random=False), missing=st.sampled_from(MISSING))
+def test_long_float_lists_take_the_packed_path_with_the_same_result(
+    monkeypatch: pytest.MonkeyPatch, values: list[Any], rng: random.Random, missing: Missing
+) -> None:
+    rng.shuffle(values)
+    fast = outcome(values, missing)
+    with monkeypatch.context() as patch:
+        patch.setattr(checks, "_pack_floats", lambda v, m: None)
+        assert outcome(values, missing) == fast
+    if fast[0] == "ok":  # the reply's own float objects are kept
+        checked, _ = checks.logprobs(values, "lp", Refused, missing=missing)
+        assert checked is values
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(_value, max_size=80), missing=st.sampled_from(MISSING))
+def test_the_list_rule_and_the_array_rule_agree(values: list[Any], missing: Missing) -> None:
+    """Logprobs as a provider holds them (None = missing) and as a span carries them (NaN = missing) are accepted
+    and refused alike, whichever encoding the span uses."""
+    if not all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in values):
+        return  # no span can carry a string or a bool
+    if any(isinstance(v, float) and math.isnan(v) for v in values):
+        return  # NaN is the array form of None
+    as_list = outcome(values, missing)[0] == "ok"
+    array = [math.nan if v is None else v for v in values]
+    for value in (array, spans.encode_logprobs(values, "packed") if as_list else array):
+        try:
+            checks.logprob_array(value, "lp", Refused, missing=missing)
+        except Refused:
+            as_array = False
+        else:
+            as_array = True
+        assert as_array == as_list, (values, value)
+
+
+_reply_logprob = st.one_of(
+    st.floats(-30.0, 0.0),
+    st.sampled_from([None, math.nan, math.inf, -1e39, -1e300, -3.4e38, 0, -2, True]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prompt_lps=st.lists(_reply_logprob, min_size=3, max_size=8),
+    output_lps=st.lists(_reply_logprob, min_size=1, max_size=8),
+    encoding=st.sampled_from(["packed", "array"]),
+)
+def test_what_the_provider_accepts_the_collector_accepts(
+    prompt_lps: list[Any], output_lps: list[Any], encoding: spans.Encoding
+) -> None:
+    """An SGLang reply the provider accepts becomes a turn, a span, and a turn the collector assembles: no value
+    passes the provider and fails later (``-1e39`` used to become ``-inf`` in float32 and be refused there)."""
+    first = Trajectory()
+    first.append_turn([1, 2, 3], [4], finish_reason="stop", output_logprobs=[-0.5])
+    prompt = list(range(10, 10 + len(prompt_lps) - 1))
+    output = list(range(100, 100 + len(output_lps)))
+    input_ids = [*first.token_ids, *prompt]
+    start = len(first) - 1
+    reply = {
+        "text": "x",
+        "output_ids": output,
+        "meta_info": {
+            "finish_reason": {"type": "stop", "matched": output[-1]},
+            "prompt_tokens": len(input_ids),
+            "input_token_logprobs": [[lp, t, None] for lp, t in zip(prompt_lps, input_ids[start:], strict=True)],
+            "output_token_logprobs": [[lp, t, None] for lp, t in zip(output_lps, output, strict=True)],
+        },
+    }
+    try:
+        parsed = _parse_reply(reply, input_ids, len(prompt), start, True, False)
+    except SGLangResponseError:
+        return
+    assert parsed.output_logprobs is not None and None not in parsed.output_logprobs
+    turn = first.append_turn(
+        prompt,
+        parsed.output_ids,
+        finish_reason=parsed.finish_reason,
+        prompt_logprobs=parsed.prompt_logprobs,
+        output_logprobs=parsed.output_logprobs,
+    )
+    attributes = spans.turn_attributes(
+        first.trajectory_id,
+        1,
+        turn.prompt_start,
+        turn.prefix_crc32,
+        prompt,
+        parsed.prompt_logprobs or [],
+        parsed.output_ids,
+        parsed.output_logprobs,
+        finish_reason=parsed.finish_reason,
+        encoding=encoding,
+    )
+    decoded = spans.decode_span(attributes)
+    assert isinstance(decoded, spans.TurnSpan)
+    rebuilt = Trajectory()
+    rebuilt.append_turn([1, 2, 3], [4], finish_reason="stop", output_logprobs=[-0.5])
+    assert chain_turn(rebuilt, 1, decoded) is None
+    assert rebuilt.packed_logprobs == first.packed_logprobs
+
+
+@pytest.mark.parametrize(
+    ("output_logprobs", "accepted"),
+    [([-0.1, -0.2], True), ([None, None], True), (None, True), ([-0.1, None], False), ([None, -0.1], False)],
+)
+def test_a_generated_token_never_holds_a_missing_logprob_beside_real_ones(
+    output_logprobs: list[float | None] | None, accepted: bool
+) -> None:
+    """All of a turn's generated tokens have a real logprob, or none was asked for; never a hole at loss-mask 1."""
+    t = Trajectory()
+    if accepted:
+        t.append_turn([1], [2, 3], finish_reason="stop", output_logprobs=output_logprobs)
+    else:
+        with pytest.raises(TrajectoryError, match="logprob is missing"):
+            t.append_turn([1], [2, 3], finish_reason="stop", output_logprobs=output_logprobs)
+    array = [math.nan if v is None else v for v in output_logprobs or [None, None]]
+    if accepted:
+        checks.logprob_array(array, "lp", Refused, missing="all_or_none")
+    else:
+        with pytest.raises(Refused, match="missing"):
+            checks.logprob_array(array, "lp", Refused, missing="all_or_none")
+
+
+def test_token_ids_are_int32() -> None:
+    assert checks.is_token_id_list([0, 2**31 - 1])
+    assert not checks.is_token_id_list([2**31])
+    with pytest.raises(Refused, match="int32"):
+        checks.token_ids([2**31], "ids", Refused)
+    with pytest.raises(Refused, match="int32"):
+        checks.token_id_array([2**31], "ids", Refused)
