@@ -11,7 +11,7 @@ with ``<seed:eos>``.
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from strands_tito.providers.tool_parsers.xml import QwenXMLToolParser
 
@@ -24,9 +24,17 @@ class SeedOSSToolParser(QwenXMLToolParser):
     name = "seed_oss"
     stop_tokens: ClassVar[tuple[str, ...]] = ("<seed:eos>",)
     markup: ClassVar[re.Pattern[str]] = re.compile(r"<seed:tool_call>")
-    call_start: ClassVar[str] = "<seed:tool_call>"
-    call_end: ClassVar[str] = "</seed:tool_call>"
+    call_start = "<seed:tool_call>"
+    call_end = "</seed:tool_call>"
     value_newlines: ClassVar[bool] = False
 
-    def __init__(self, think_start: str = "<seed:think>", think_end: str = "</seed:think>") -> None:
-        super().__init__(think_start, think_end)
+    def __init__(
+        self,
+        tool_start_token: str | None = None,
+        tool_end_token: str | None = None,
+        *,
+        think_start: str = "<seed:think>",
+        think_end: str = "</seed:think>",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(tool_start_token, tool_end_token, think_start=think_start, think_end=think_end, **kwargs)
