@@ -11,9 +11,11 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -362,14 +364,18 @@ def test_unset_imports_nothing_and_exports_nothing(engine, sinks) -> None:  # ty
         ({**DISTRO_ENV, "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "16"}, True, "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"),
         ({capture.ENV_CAPTURE: "otlp,bogus"}, False, capture.ENV_CAPTURE),
         ({capture.ENV_CAPTURE: "otlp", ENV_SPANS: "some"}, False, ENV_SPANS),
+        # Switched on with nowhere to send: one line naming both ways to give it a destination.
+        ({capture.ENV_CAPTURE: "1"}, False, "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        ({capture.ENV_CAPTURE: "1", "OTEL_TRACES_EXPORTER": "none"}, False, "STRANDS_TITO_OUTPUT"),
     ],
-    ids=["limit-variable", "limit-instrument", "bad-value", "bad-spans"],
+    ids=["limit-variable", "limit-instrument", "bad-value", "bad-spans", "no-destination", "exporter-none"],
 )
 def test_bad_settings_stop_the_process_at_start_up(env: dict[str, str], instrument: bool, variable: str) -> None:
     done = run(env, "-c", "print('the program ran')", instrument=instrument)
     assert done.returncode == 78, done.stderr
     assert "the program ran" not in done.stdout
     assert variable in done.stderr and "strands-tito: trace capture cannot start" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 # -- pieces -----------------------------------------------------------------------------------------------------------
@@ -447,3 +453,47 @@ def test_stock_openai_agent_is_captured_by_the_variable(start_engine, tmp_path) 
     for call, record in zip(line["calls"], records, strict=True):
         assert call["prompt_ids"] == record.input_ids and call["output_ids"] == record.output_ids
     assert len(line["prefix_report"]) == 1
+
+
+# -- a collector that cannot be reached, and the spool command --------------------------------------------------------
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_an_unreachable_endpoint_is_reported_once_and_the_spool_can_be_resent(engine, sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    spool_dir = tmp_path / "spool"
+    wrong = f"http://127.0.0.1:{_closed_port()}"
+    env = {
+        capture.ENV_CAPTURE: "1",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": wrong,
+        "STRANDS_TITO_SPOOL_DIR": str(spool_dir),
+        "STRANDS_TITO_FLUSH_TIMEOUT": "120",  # the exit must not wait for an endpoint known to refuse
+    }
+    started = time.monotonic()
+    stderr = run_agent(engine, env)
+    took = time.monotonic() - started
+    lines = [line for line in stderr.splitlines() if "strands-tito" in line or "Transient error" in line]
+    [reported] = [line for line in lines if "cannot reach the OTLP endpoint" in line]
+    assert wrong in reported and "Connection refused" in reported and str(spool_dir) in reported
+    assert "strands-tito spool resend --endpoint URL" in reported
+    assert not any("Transient error" in line for line in lines), stderr  # no retry noise after the one line
+    assert took < 60, took
+
+    cli = [sys.executable, "-m", "strands_tito.cli", "spool", "--dir", str(spool_dir)]
+    listed = subprocess.run([*cli, "list"], capture_output=True, text=True, timeout=TIMEOUT, check=True).stdout
+    [row] = [line for line in listed.splitlines() if line.startswith("unknown_service-")]
+    records, span_count, trajectories = (int(v) for v in row.split()[1:4])
+    assert records >= 1 and span_count >= 3 and trajectories == 1  # two turns and the end signal
+
+    sink = sinks()
+    resent = subprocess.run(
+        [*cli, "resend", "--endpoint", sink.url], capture_output=True, text=True, timeout=TIMEOUT, check=True
+    )
+    assert f"sent {records} record(s) to {sink.url}/v1/traces" in resent.stdout
+    assert_exact(sink.spans(), engine)
+    listed = subprocess.run([*cli, "list"], capture_output=True, text=True, timeout=TIMEOUT, check=True).stdout
+    assert listed.startswith("nothing spooled"), listed

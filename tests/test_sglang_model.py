@@ -71,7 +71,7 @@ async def test_multi_turn_tool_use_is_recorded_exactly(start_engine, qwen3) -> N
     assert "426" in str(result)
 
     records = generate_records(engine)
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     assert_matches_engine(trajectory, records)
     assert [t.finish_reason for t in trajectory.turns] == ["stop"] * 3
     assert trajectory.token_ids[trajectory.turns[0].output_start - 1] != IM_END
@@ -110,11 +110,11 @@ async def test_parallel_tool_results_follow_call_order(start_engine, qwen3) -> N
     assert model.tool_parse_errors == {"unknown_tool": 1}  # a name Strands refuses is reported as unknown_tool
     assert sorted(r for r in results if r != rejected) == ["echo:first", "echo:third"]
     # ... but the model sees the results in the order it made the calls.
-    turn = model.token_manager.turns[1]
-    prompt = decode(qwen3, model.token_manager.token_ids[turn.prompt_start : turn.output_start])
+    turn = model.trajectory.turns[1]
+    prompt = decode(qwen3, model.trajectory.token_ids[turn.prompt_start : turn.output_start])
     positions = [prompt.index(marker) for marker in ("echo:first", rejected, "echo:third")]
     assert positions == sorted(positions)
-    assert_matches_engine(model.token_manager, generate_records(engine))
+    assert_matches_engine(model.trajectory, generate_records(engine))
 
 
 @pytest.mark.parametrize("enable_thinking", [False, True])
@@ -131,7 +131,7 @@ async def test_thinking(start_engine, qwen3, enable_thinking: bool) -> None:  # 
     model = make_model(engine, qwen3, enable_thinking=enable_thinking)
     agent = make_agent(model, [calculator])
     await agent.invoke_async("What is 2 ** 10?")
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     first_prompt = decode(qwen3, trajectory.token_ids[: trajectory.initial_prompt_length])
     assert first_prompt.endswith("<think>\n\n</think>\n\n") is (not enable_thinking)
     # Only the call outside the think block ran.
@@ -162,7 +162,7 @@ async def test_drift_cases_are_kept_exactly(start_engine, qwen3, case: str) -> N
     agent = make_agent(model, [calculator])
     await agent.invoke_async("Compute 6 * 7.")
 
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     assert_matches_engine(trajectory, generate_records(engine))
     outputs = [trajectory.token_ids[t.output_start : t.output_start + t.output_length] for t in trajectory.turns]
     assert outputs == [first_output, final]
@@ -181,11 +181,11 @@ async def test_context_window_is_respected(start_engine, qwen3) -> None:  # type
     assert record.request["sampling_params"]["max_new_tokens"] == 400 - len(record.input_ids or []) - 1
 
     # A prompt that does not fit fails before any request, and leaves the trajectory as it was.
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     with pytest.raises(ContextWindowOverflowException):
         await agent.invoke_async("x " * 500)
     assert len(generate_records(engine)) == 1
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 async def test_server_context_overflow_maps_to_strands(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -193,7 +193,7 @@ async def test_server_context_overflow_maps_to_strands(start_engine, qwen3) -> N
     model = make_model(engine, qwen3)
     with pytest.raises(ContextWindowOverflowException, match="context length"):
         await make_agent(model).invoke_async("Hi")
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
     assert [r.status for r in engine.records if r.path == "/generate"] == [400]
 
 
@@ -204,8 +204,8 @@ async def test_throttling_is_retried_then_succeeds(start_engine, qwen3, status: 
     await make_agent(model).invoke_async("Hi")
     statuses = [r.status for r in engine.records if r.path == "/generate"]
     assert statuses == [status, status, 200]
-    assert_matches_engine(model.token_manager, generate_records(engine))
-    assert len(model.token_manager.turns) == 1
+    assert_matches_engine(model.trajectory, generate_records(engine))
+    assert len(model.trajectory.turns) == 1
 
 
 async def test_throttling_that_never_ends_becomes_model_throttled(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -214,7 +214,7 @@ async def test_throttling_that_never_ends_becomes_model_throttled(start_engine, 
     with pytest.raises(ModelThrottledException):
         await make_agent(model).invoke_async("Hi")
     assert len([r for r in engine.records if r.path == "/generate"]) == 3
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 async def test_bad_request_is_not_retried(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -230,10 +230,10 @@ async def test_abort_is_an_error_not_a_turn(start_engine, qwen3) -> None:  # typ
     model = make_model(engine, qwen3)
     agent = make_agent(model)
     await agent.invoke_async("Hi")
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     with pytest.raises(SGLangAbortedError):
         await agent.invoke_async("Again")
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 @pytest.mark.parametrize(
@@ -253,10 +253,10 @@ async def test_malformed_replies_raise_typed_errors(start_engine, qwen3, kind: s
     model = make_model(engine, qwen3, client_kwargs={"max_retries": 0})
     agent = make_agent(model)
     await agent.invoke_async("Hi")
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     with pytest.raises(error):
         await agent.invoke_async("Again")
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 async def test_malformed_tool_call_becomes_an_error_the_model_sees(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -273,9 +273,9 @@ async def test_malformed_tool_call_becomes_an_error_the_model_sees(start_engine,
     text = result["content"][0]["text"]
     assert 'Invalid tool call: "arguments" must be a JSON object' in text and bad in text
     # The model saw exactly that error text in its next prompt.
-    turn = model.token_manager.turns[1]
-    assert text in decode(qwen3, model.token_manager.token_ids[turn.prompt_start : turn.output_start])
-    assert_matches_engine(model.token_manager, generate_records(engine))
+    turn = model.trajectory.turns[1]
+    assert text in decode(qwen3, model.trajectory.token_ids[turn.prompt_start : turn.output_start])
+    assert_matches_engine(model.trajectory, generate_records(engine))
 
 
 async def test_two_agents_share_one_model_concurrently(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -302,7 +302,7 @@ async def test_cancelled_rollout_cancels_its_request(start_engine, qwen3) -> Non
     model = make_model(engine, qwen3)
     agent = make_agent(model)
     await agent.invoke_async("Hi")
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     task = asyncio.create_task(agent.invoke_async("Again"))
     await asyncio.sleep(0.5)
     task.cancel()
@@ -313,7 +313,7 @@ async def test_cancelled_rollout_cancels_its_request(start_engine, qwen3) -> Non
             break
         await asyncio.sleep(0.05)
     assert [r.disconnected for r in engine.records if r.path == "/generate"] == [False, True]
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 async def test_cancel_signal_abandons_the_request(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -325,7 +325,7 @@ async def test_cancel_signal_abandons_the_request(start_engine, qwen3) -> None: 
     agent.cancel()
     result = await asyncio.wait_for(task, 3)
     assert result.stop_reason == "cancelled"
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 async def test_tool_limiter_stops_on_a_message_boundary(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -337,7 +337,7 @@ async def test_tool_limiter_stops_on_a_message_boundary(start_engine, qwen3) -> 
     with pytest.raises(MaxToolIterationsReachedError):
         await agent.invoke_async("Add things.")
     assert (limiter.tool_iter_count, limiter.tool_call_count) == (2, 2)
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     assert len(trajectory.turns) == 2 and trajectory.segments[-1].is_output
     assert trajectory.token_ids[-1] == IM_END
     assert_matches_engine(trajectory, generate_records(engine))
@@ -361,7 +361,7 @@ async def test_qwen_xml_parser_and_multi_invocation_episode(start_engine, qwen3)
     agent = make_agent(model, [calculator])
     await agent.invoke_async("3*3?")
     await agent.invoke_async("Thanks!")
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     assert len(trajectory.turns) == 3
     turn = trajectory.turns[2]
     assert decode(qwen3, trajectory.token_ids[turn.prompt_start : turn.output_start]) == (
@@ -375,13 +375,13 @@ async def test_reset_starts_a_new_trajectory(start_engine, qwen3) -> None:  # ty
     model = make_model(engine, qwen3)
     agent = make_agent(model)
     await agent.invoke_async("First")
-    old = model.token_manager
+    old = model.trajectory
     model.reset()
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
     await agent.invoke_async("Second")
-    assert len(old.turns) == 1 and len(model.token_manager.turns) == 1
+    assert len(old.turns) == 1 and len(model.trajectory.turns) == 1
     # After a reset the whole conversation so far is the new trajectory's prompt.
-    assert "First" in decode(qwen3, model.token_manager.token_ids[: model.token_manager.initial_prompt_length])
+    assert "First" in decode(qwen3, model.trajectory.token_ids[: model.trajectory.initial_prompt_length])
 
 
 async def test_history_rewrite_is_detected(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -401,7 +401,7 @@ async def test_routed_experts_cover_every_position_but_the_last(start_engine, qw
     )
     model = make_model(engine, qwen3, return_routed_experts=True)
     await make_agent(model, [calculator]).invoke_async("5-3?")
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     routing = trajectory.decode_routed_experts(num_layers=3, top_k=2)
     assert routing.shape == (len(trajectory) - 1, 3, 2)
     assert model.routed_experts == trajectory.routed_experts and len(model.routed_experts) == 2
@@ -423,7 +423,7 @@ async def test_structured_output_uses_json_schema(start_engine, qwen3) -> None: 
     [record] = generate_records(engine)
     schema = record.request["sampling_params"]["json_schema"]
     assert isinstance(schema, str) and json.loads(schema) == Answer.model_json_schema()
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 async def test_first_prompt_logprobs_are_recorded_when_asked(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]

@@ -12,14 +12,24 @@ commands:
   engine    run the local test/dev engine, a scripted SGLang/vLLM stand-in (strands-tito engine --help)
   collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
   inspect   show trajectories from a JSONL or Parquet file (strands-tito inspect --help)
+  spool     list the spans agents could not deliver yet, or resend them to a collector (strands-tito spool --help)
 
   --version print the installed version
 """
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to a sub-command."""
-    args = sys.argv[1:] if argv is None else argv
+    """Dispatch to a sub-command; a missing optional extra is one line naming it, not a traceback."""
+    from strands_tito.errors import MissingDependencyError
+
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else argv)
+    except MissingDependencyError as e:
+        print(f"strands-tito: {e}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: list[str]) -> int:
     command, rest = (args[0], args[1:]) if args else ("", [])
     if command in ("--version", "-V"):
         from importlib.metadata import version
@@ -38,6 +48,10 @@ def main(argv: list[str] | None = None) -> int:
         from strands_tito.collector.cli import collect_main
 
         return collect_main(rest)
+    if command == "spool":
+        from strands_tito.capture.spool_command import spool_main
+
+        return spool_main(rest)
     if command == "engine":
         from strands_tito.engine.cli import engine_main
 

@@ -435,7 +435,7 @@ class Trajectory:
 
     def model_dump(self, *, mode: Literal["python", "json"] | str = "python") -> TrajectoryFields:
         """The trajectory as plain data (:class:`~strands_tito.trajectory_fields.TrajectoryFields`, fresh lists);
-        ``mode="json"`` writes an infinite logprob as a string (JSON has no infinity)."""
+        ``mode="json"``: what JSON holds (``segment_info`` pairs as lists, as pydantic writes tuples)."""
         from strands_tito.trajectory_fields import fields_of
 
         return fields_of(self, json=mode == "json")

@@ -14,7 +14,7 @@ from pathlib import Path
 from strands_tito.exporters import ExporterConfigError
 
 from .service import BindError, CollectorConfig, serve
-from .store import StoreInUse
+from .store import StoreError
 
 TOKEN_ENV = "STRANDS_TITO_COLLECTOR_TOKEN"
 
@@ -147,7 +147,7 @@ def _token(p: argparse.ArgumentParser, given: str | None, path: Path | None) -> 
 
 def collect_main(argv: list[str]) -> int:
     """Run until SIGINT/SIGTERM, then shut down gracefully (exit 0); 1 when an address cannot be bound or another
-    collector has the store."""
+    collector has the store or it cannot be opened."""
     config = parse_args(argv)
 
     async def run() -> None:
@@ -164,7 +164,7 @@ def collect_main(argv: list[str]) -> int:
     except ExporterConfigError as e:
         print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
         return 2
-    except (BindError, StoreInUse) as e:
+    except (BindError, StoreError) as e:
         print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
         return 1
     return 0

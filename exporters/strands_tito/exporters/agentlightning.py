@@ -35,7 +35,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from strands_tito.errors import StrandsTitoError
+from strands_tito.errors import MissingDependencyError, StrandsTitoError
 from strands_tito.records import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID, agl_identity_error
 
 from .base import ExporterConfigError
@@ -72,7 +72,7 @@ def _require_agentlightning() -> Any:
         from agentlightning import schemas
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ExporterConfigError(
-            "the Agent Lightning exporter needs the agentlightning package: pip install 'strands-tito[agentlightning]'"
+            str(MissingDependencyError("the Agent Lightning exporter", "agentlightning", "agentlightning"))
         ) from e
     return schemas
 

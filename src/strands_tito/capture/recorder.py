@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 
 from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
+from strands_tito.capture.endpoint_check import endpoint_unreachable
 from strands_tito.errors import StrandsTitoError
 from strands_tito.records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
 from strands_tito.records import AGL_ROLLOUT_ID as AGL_ROLLOUT_ID
@@ -366,17 +367,20 @@ def shutdown_capture(timeout: float | None = None) -> None:
     if flush is None:
         return
     limit = timeout if timeout is not None else float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
+    quiet = endpoint_unreachable()
+    if quiet:  # already reported, and it still refuses connections: to the spool at once, no wait
+        limit = 0.0
     deadline = time.monotonic() + limit
     # strands-tito's own processors first, so that a slow processor of the application's cannot use up the time
     # (the SDK stops flushing at the first processor that fails). The OTLP spool waits for the acknowledgement and,
     # past the deadline, keeps what is left on disk for the next process.
     for processor in list(getattr(provider, "_strands_tito_processors", [])):
         left = deadline - time.monotonic()
-        if left <= 0 or not processor.force_flush(int(left * 1000)):
+        if (left <= 0 or not processor.force_flush(int(left * 1000))) and not quiet:
             logger.warning("timeout=<%s> | strands-tito spans still undelivered at exit stay in the spool", limit)
     # The SDK's BatchSpanProcessor ignores this timeout; each export is still bounded by the exporter's own
     # deadline (OTEL_EXPORTER_OTLP_TIMEOUT), and no thread can be started to bound it at interpreter exit.
-    if not flush(int(max(deadline - time.monotonic(), 0) * 1000)):
+    if not flush(int(max(deadline - time.monotonic(), 0) * 1000)) and not quiet:
         logger.error("timeout=<%s> | spans were still being exported at exit; some may be lost", limit)
 
 

@@ -24,7 +24,7 @@ import struct
 import threading
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -306,6 +306,20 @@ class Spool:
         self._segments.remove(segment)
         for path in (segment.path, segment.pos_path):
             path.unlink(missing_ok=True)
+
+    def records(self) -> Iterator[bytes]:
+        """The records not yet acknowledged, oldest first, without acknowledging them (``strands-tito spool list``)."""
+        with self._lock:
+            pending = [(s.path, s.delivered, s.size) for s in self._segments]
+        for path, start, end in pending:
+            with path.open("rb") as f:
+                f.seek(start)
+                data = f.read(end - start)
+            offset = 0
+            while offset + _HEADER.size <= len(data):
+                length, _ = _HEADER.unpack_from(data, offset)
+                yield data[offset + _HEADER.size : offset + _HEADER.size + length]
+                offset += _HEADER.size + length
 
     def close(self) -> None:
         """Close the files; remove this instance's directory when nothing is left in it, else leave it for the next

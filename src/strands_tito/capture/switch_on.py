@@ -195,6 +195,15 @@ def otlp_endpoint() -> str:
     return f"{otlp_protocol()} default"
 
 
+def _endpoint_url() -> str:
+    """The URL the OTLP trace exporter sends to (the SDK's defaults when no variable names one)."""
+    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            return value
+    return "localhost:4317" if otlp_protocol() == "grpc" else "http://localhost:4318"
+
+
 def otlp_processor() -> SpanProcessor:
     """The OTLP span processor capture adds: strands-tito spans through the disk spool (``STRANDS_TITO_SPOOL=0``:
     the SDK's plain ``BatchSpanProcessor``, which drops spans when its queue is full), other spans batched as usual.
@@ -202,6 +211,7 @@ def otlp_processor() -> SpanProcessor:
     Raises:
         CaptureConfigError: a spool setting is not a positive integer, or the spool directory cannot be used.
     """
+    from strands_tito.capture.endpoint_check import watch_endpoint
     from strands_tito.capture.spool import Spool, default_spool_root, spool_key
     from strands_tito.capture.spool_processor import (
         DEFAULT_MAX_BYTES,
@@ -230,6 +240,7 @@ def otlp_processor() -> SpanProcessor:
         spool = Spool(default_spool_root() / spool_key(service, otlp_endpoint()))
     except (ValueError, OSError) as e:
         raise CaptureConfigError(f"trace spool: {e} (STRANDS_TITO_SPOOL_DIR, {ENV_MAX_BYTES}, ...)") from e
+    watch_endpoint(_endpoint_url(), otlp_protocol(), spool.parent)
     return OtlpCaptureProcessor(
         SpoolingSpanProcessor(otlp_exporter(), spool, schedule_delay=schedule_delay, **limits),
         BatchSpanProcessor(otlp_exporter()),
@@ -395,10 +406,33 @@ def fail_start_up(error: BaseException) -> NoReturn:
     os._exit(EXIT_CONFIG_ERROR)
 
 
+def require_destination(request: CaptureRequest, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a capture that would send its trajectories nowhere.
+
+    Switched on with no OTLP endpoint, no output file and no ``OTEL_TRACES_EXPORTER`` (``opentelemetry-instrument``
+    exports itself), a process would run to the end, exit 0 and leave no trajectory behind.
+
+    Raises:
+        CaptureConfigError: naming the variables that give capture a destination.
+    """
+    env = os.environ if environ is None else environ
+    exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if request and not request.otlp and not request.jsonl and exporter in ("", "none"):
+        raise CaptureConfigError(
+            f"{ENV_CAPTURE} is on but has nowhere to send trajectories: set OTEL_EXPORTER_OTLP_ENDPOINT "
+            f"(a collector, e.g. http://127.0.0.1:4318 for strands-tito collect) or {ENV_OUTPUT}=trajectories.jsonl"
+        )
+
+
 def start_up() -> None:
-    """Switch capture on as ``STRANDS_TITO_CAPTURE`` asks; run by ``strands_tito_startup`` at interpreter start."""
+    """Switch capture on as ``STRANDS_TITO_CAPTURE`` asks; run by ``strands_tito_startup`` at interpreter start.
+
+    Stops the process (:func:`fail_start_up`) when the settings would lose data or send trajectories nowhere.
+    """
     try:
-        enable_from_env()
+        request = parse_capture(os.environ.get(ENV_CAPTURE, ""))
+        require_destination(request)
+        enable_from_env(request)
     except CaptureConfigError as error:
         fail_start_up(error)
 
@@ -448,5 +482,6 @@ __all__ = [
     "enable_from_env",
     "otlp_exporter",
     "parse_capture",
+    "require_destination",
     "start_up",
 ]

@@ -14,14 +14,13 @@ from typing import Any, ClassVar, cast
 
 from strands.models.model import BaseModelConfig
 from strands.types.content import Messages
-from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import checks
 from strands_tito.checks import Missing
 from strands_tito.providers.client import SGLangClient, TokenClient
 from strands_tito.providers.generation import InvalidSampleError
-from strands_tito.providers.prompt import format_messages, format_tool_specs
+from strands_tito.providers.prompt import format_messages
 from strands_tito.providers.reply_checks import triple_logprobs
 from strands_tito.providers.token_model import (
     STATE_KEY,
@@ -155,10 +154,6 @@ class SGLangModel(TokenModel):
         encoder renders (see ``strands_tito.providers.prompt``).
         """
         return format_messages(messages, system_prompt)
-
-    def format_tool_specs(self, tool_specs: list[ToolSpec]) -> list[dict[str, Any]]:
-        """Tool specs in the chat template's function form (strands-sglang 0.6's helper; not an extension point)."""
-        return format_tool_specs(tool_specs) or []
 
     async def _check_images_supported(self) -> None:
         # /model_info is asked once (cached on success), before the first request that carries images.

@@ -23,7 +23,7 @@ import logging
 import re
 import threading
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, Sequence
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
@@ -54,7 +54,7 @@ from strands_tito.providers.generation import (
     check_token_ids,
     finite_logprob,
 )
-from strands_tito.providers.prompt import PromptEncoder
+from strands_tito.providers.prompt import PromptEncoder, format_tool_specs
 from strands_tito.providers.reasoning import split_harmony, split_reasoning
 from strands_tito.providers.rejected_call import RejectedToolCall
 from strands_tito.providers.tool_parsers import (
@@ -219,6 +219,13 @@ class TokenModel(Model):
         """Return the configuration."""
         return self.config
 
+    def format_tool_specs(self, tool_specs: Sequence[ToolSpec]) -> list[dict[str, Any]] | None:
+        """The tool specs as the chat template's ``tools`` (OpenAI function form); override to change them.
+
+        Used once per trajectory, for its first prompt (strands-sglang 0.6's extension point of the same name).
+        """
+        return format_tool_specs(tool_specs)
+
     # -- trajectory access (single-agent use) ----------------------------------------------------------------------
 
     @property
@@ -296,7 +303,9 @@ class TokenModel(Model):
     ) -> list[int]:
         trajectory = state.trajectory
         if not trajectory.turns:
-            return self._prompts.first_prompt(messages, tool_specs, system_prompt, images)
+            return self._prompts.first_prompt(
+                messages, tool_specs, system_prompt, images, format_tools=self.format_tool_specs
+            )
         cursor = state.cursor
         previous = messages[cursor - 1] if 0 < cursor <= len(messages) else None
         if previous is None or previous["role"] != "assistant" or _plain_text(previous) != state.last_output_text:
