@@ -6,6 +6,8 @@ The central assertion everywhere: the trajectory equals, token for token, what t
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 from typing import Any
 
@@ -28,6 +30,7 @@ from strands_tito import (
     get_tool_parser,
 )
 from strands_tito.engine import Fault, Reply, Script, routed_experts_for
+from strands_tito.replay import top_p_rows
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
 from .tools import calculator
@@ -409,6 +412,59 @@ async def test_routed_experts_cover_every_position_but_the_last(start_engine, qw
     assert [q["routed_experts_start_len"] for q in requests] == [0, trajectory.turns[1].prompt_start - 1]
     # The stitched slices equal the routing of the whole final sequence, position by position.
     assert np.array_equal(routing, routed_experts_for(trajectory.token_ids, 0, 3, 2, 8))
+
+
+async def test_top_p_sets_are_kept_per_token(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    """``return_top_p`` asks for slime's top-p sets; each turn keeps exactly the server's, prompt rows empty."""
+    engine = start_engine(Script(turns=[Reply(text=hermes_call("calculator", expression="5 - 3")), Reply(text="2")]))
+    model = make_model(engine, qwen3, return_top_p=True, sampling_params={"max_new_tokens": 256, "top_p": 0.9})
+    await make_agent(model, [calculator]).invoke_async("5-3?")
+    trajectory = model.token_manager
+    requests = [r.request for r in generate_records(engine)]
+    assert all(q["sampling_params"]["custom_params"] == {"return_top_p_token_ids": True} for q in requests)
+    for turn, record in zip(trajectory.turns, generate_records(engine), strict=True):
+        meta = record.response["meta_info"]
+        ids = np.frombuffer(base64.b64decode(meta["top_p_token_ids"]), dtype="<i4").tolist()
+        offsets = np.frombuffer(base64.b64decode(meta["top_p_token_offsets"]), dtype="<i4").tolist()
+        assert (list(turn.top_p_token_ids or ()), list(turn.top_p_offsets or ())) == (ids, offsets)
+    rows = top_p_rows(trajectory.turns)
+    assert rows is not None
+    ids, offsets = rows
+    assert len(offsets) == len(trajectory) + 1 and offsets[-1] == len(ids)
+    for position, masked in enumerate(trajectory.loss_mask):
+        kept = ids[offsets[position] : offsets[position + 1]]
+        # Generated tokens: the sampled token heads its kept set; prompt and tool tokens: an empty row.
+        assert (kept[:1] == [trajectory.token_ids[position]]) if masked else kept == []
+
+
+async def test_top_p_asked_for_but_not_served_is_a_clear_error(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    engine = start_engine(Script(turns=[Reply(text="2")]))
+    model = make_model(engine, qwen3, return_top_p=True)
+    real_generate = model.client.generate
+
+    async def without_top_p(*args, **kwargs):  # type: ignore[no-untyped-def]
+        reply = await real_generate(*args, **kwargs)
+        del reply["meta_info"]["top_p_token_ids"]
+        return reply
+
+    model.client.generate = without_top_p  # type: ignore[method-assign]
+    with pytest.raises(SGLangResponseError, match="top-p token sets were requested"):
+        await make_agent(model).invoke_async("hi")
+    assert len(model.token_manager) == 0
+
+
+async def test_routed_experts_with_a_layout_give_a_compact_npy(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    engine = start_engine(
+        Script(turns=[Reply(text=hermes_call("calculator", expression="5 - 3")), Reply(text="2")]),
+        routed_experts=(3, 2, 300),
+    )
+    model = make_model(engine, qwen3, return_routed_experts=True, routed_experts_layout=(3, 2, 300))
+    await make_agent(model, [calculator]).invoke_async("5-3?")
+    trajectory = model.token_manager
+    assert {t.routed_experts_layout for t in trajectory.turns} == {(3, 2, 300)}
+    routes = np.load(io.BytesIO(base64.b64decode(trajectory.to_dict()["routed_experts"])), allow_pickle=False)
+    assert routes.dtype == np.uint16  # 300 experts do not fit uint8
+    assert np.array_equal(routes, routed_experts_for(trajectory.token_ids, 0, 3, 2, 300))
 
 
 class Answer(BaseModel):

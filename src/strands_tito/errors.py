@@ -24,7 +24,10 @@ for SGLang and vLLM alike)::
     │   ├── RequestCancelledError = SGLangCancelledError  the caller's cancel signal was set
     │   ├── TokenResponseError (generation)            the reply breaks the protocol
     │   │   ├── SGLangResponseError (sglang)
-    │   │   └── VLLMResponseError (vllm)
+    │   │   │   └── SGLangInvalidSampleError (sglang), also InvalidSampleError
+    │   │   ├── VLLMResponseError (vllm)
+    │   │   │   └── VLLMInvalidSampleError (vllm), also InvalidSampleError
+    │   │   └── InvalidSampleError (generation)         the server's sampling failed numerically (a NaN logprob)
     │   ├── TokenAbortedError (generation)             the server aborted the generation
     │   │   ├── SGLangAbortedError (sglang)
     │   │   └── VLLMAbortedError (vllm)

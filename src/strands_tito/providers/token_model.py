@@ -16,7 +16,6 @@ both live in :mod:`~strands_tito.providers.generation`, re-exported here).
 from __future__ import annotations
 
 import asyncio
-import base64
 import itertools
 import json
 import logging
@@ -383,7 +382,7 @@ class TokenModel(Model):
         """The calling agent's state (now :attr:`trajectory`); hooks the agent once to cancel malformed calls."""
         state = self._state(model_state)
         self._last_state = state
-        agent = (invocation_state or {}).get("agent")
+        state.note_agent(agent := (invocation_state or {}).get("agent"))
         if agent is not None and agent not in self._hooked_agents:
             agent.add_hook(self._reject_malformed_call, BeforeToolCallEvent)
             self._hooked_agents.add(agent)
@@ -475,6 +474,8 @@ class TokenModel(Model):
                 request_id=reply.request_id,
                 weight_version=reply.weight_version,
                 routed_experts=reply.routed_experts,
+                routed_experts_layout=reply.routed_experts_layout,
+                top_p=reply.top_p,
                 image_data=new_images,
                 image_token_id=self._image_token_id() if request.image_data else None,
             )
@@ -496,7 +497,7 @@ class TokenModel(Model):
             image_token_id=self._image_token_id() if turn.image_data else None,
             model_id=self.config.get("model_id"),
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
-            routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
+            agent=state,
         )
         return calls, reasoning, answer
 
