@@ -296,7 +296,7 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
         )
         with contextlib.suppress(Exception):  # the limiter ends the episode with an exception
             await agent.invoke_async("go")
-        tokens.append(len(model.token_manager))
+        tokens.append(len(model.trajectory))
         model.reset()
 
     def flush() -> None:

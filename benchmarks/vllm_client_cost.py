@@ -156,7 +156,7 @@ def build(impl: str, url: str, model_dir: str) -> dict[str, Any]:
         model.client.request_json = request_json  # type: ignore[method-assign]
 
         def check(calls: int) -> dict[str, Any]:
-            trajectory = model.token_manager
+            trajectory = model.trajectory
             out = last["reply"]["choices"][0]["token_ids"]
             assert trajectory.token_ids == last["sent"] + out, "trajectory differs from the last request + reply"
             assert len(trajectory.turns) == calls, f"{len(trajectory.turns)} turns, expected {calls}"

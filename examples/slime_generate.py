@@ -9,7 +9,7 @@ import logging
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 
-from strands_tito import SGLangModel, ToolLimiter, decode_routed_experts, get_client_from_slime_args
+from strands_tito import LoopLimiter, SGLangModel, decode_routed_experts, get_client_from_slime_args
 from strands_tito.providers.tool_parsers import HermesToolParser
 
 try:
@@ -50,7 +50,7 @@ async def generate(args, sample: Sample, sampling_params) -> Sample:
         return_routed_experts=True,  # MoE routing replay (R3)
     )
 
-    tool_limiter = ToolLimiter(max_tool_iters=MAX_TOOL_ITERS, max_tool_calls=MAX_TOOL_CALLS)
+    tool_limiter = LoopLimiter(max_tool_iters=MAX_TOOL_ITERS, max_tool_calls=MAX_TOOL_CALLS)
     agent = Agent(
         model=model,
         tools=[execute_python_code],
@@ -71,16 +71,16 @@ async def generate(args, sample: Sample, sampling_params) -> Sample:
         sample.status = Sample.Status.TRUNCATED
         logger.warning(f"TRUNCATED: {type(e).__name__}: {e}")
 
-    # Extract token trajectory from token_manager
-    tm = model.token_manager
-    prompt_len = len(tm.segments[0])  # system + user are first segment
-    sample.tokens = tm.token_ids
-    sample.loss_mask = tm.loss_mask[prompt_len:]
-    sample.rollout_log_probs = tm.logprobs[prompt_len:]
+    # The token trajectory of this sample
+    trajectory = model.trajectory
+    prompt_len = trajectory.initial_prompt_length  # system + user are the first segment
+    sample.tokens = trajectory.token_ids
+    sample.loss_mask = trajectory.loss_mask[prompt_len:]
+    sample.rollout_log_probs = trajectory.logprobs[prompt_len:]
     sample.response_length = len(sample.tokens) - prompt_len
     sample.response = model.tokenizer.decode(sample.tokens[prompt_len:], skip_special_tokens=False)
     sample.rollout_routed_experts = decode_routed_experts(
-        model.routed_experts, seq_len=len(tm.token_ids), num_layers=args.num_layers, top_k=args.moe_router_topk
+        model.routed_experts, seq_len=len(trajectory.token_ids), num_layers=args.num_layers, top_k=args.moe_router_topk
     )
 
     # Record tool call stats for reward computation if needed

@@ -38,19 +38,23 @@ import httpx
 import numpy as np
 import pytest
 from agentlightning.verl.agl_rollout_manager import AglRolloutManagerBase, CompletedRollout, EnqueuedRollout
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from strands_tito.capture import recorder as capture
 from strands_tito.collector import Collector, CollectorConfig
-from strands_tito.engine import LocalEngine, Reply, Script
+from strands_tito.engine import LocalEngine, Reply, Script, routed_experts_for
 from strands_tito.exporters import JsonlExporter
 from strands_tito.exporters.agentlightning import MARKER, AgentLightningExporter, build_events
 from strands_tito.trajectory import Trajectory
 
-from .conftest import generate_records
+from .agl_trainer import train_batch
+from .conftest import generate_records, make_agent, make_model
 from .otlp_helpers import all_spans, make_request, random_trajectory
 from .test_sglang_model import hermes_call
+from .tools import calculator
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -461,6 +465,62 @@ def test_events_are_agent_lightning_shapes() -> None:
     [event] = build_events({**record, "complete": False, "reason": "turn 1 is missing"})
     assert event["event_type"] == "strands_tito.incomplete"
     assert event["data"]["reason"] == "turn 1 is missing"
+
+
+# -- R3: routed experts to the trainer ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", [(3, 2, 8), None])
+async def test_r3_routing_reaches_the_trainer_as_the_engine_routed(
+    agl: AglServer,
+    start_engine: Callable[..., LocalEngine],
+    qwen3: Any,
+    memory: InMemorySpanExporter,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    layout: tuple[int, int, int] | None,
+) -> None:
+    """A real agent on an MoE engine (routing on), captured, through the collector to Agent Lightning's server; the
+    trainer's own batch builder with R3 required gets one row whose routing is the engine's, position by position.
+    Without the model's layout the routing cannot be shaped for the trainer, and R3 stops there, as it would."""
+    rollout_id = f"r3-{layout is not None}"
+    agl.create(rollout_id)
+    monkeypatch.setenv("AGL_EVENT_URL", agl.event_url(rollout_id))
+    engine = start_engine(
+        Script(turns=[Reply(text=hermes_call("calculator", expression="5 - 3")), Reply(text="It is 2.")]),
+        routed_experts=(3, 2, 8),
+    )
+    config: dict[str, Any] = {"routed_experts_layout": layout} if layout else {}
+    model = make_model(engine, qwen3, return_routed_experts=True, model_id="policy", **config)
+    agent = make_agent(model, [calculator])
+    await agent.invoke_async("What is 5-3?")
+    capture.record_reward(1.0, agent=agent)
+    trajectory = model.token_manager
+    model.reset()  # the end signal
+    body = encode_spans(memory.get_finished_spans()).SerializeToString()
+    async with collector_in_process(tmp_path, agl.url) as c:
+        await post_otlp(f"http://127.0.0.1:{c.http_port}", body)
+    raw = [e for e in agl.events(rollout_id) if e["event_type"] == "model_request"]
+    completed = await asyncio.to_thread(trainer_reads, agl, rollout_id)
+    assert_matches_trajectory(completed, trajectory, "policy")
+    if layout is None:
+        assert all("routed_experts" not in e["data"] for e in raw)
+        with pytest.raises(RuntimeError, match=f"R3 requires routed_experts for rollout {rollout_id}"):
+            train_batch([completed], require_routed_experts=True)
+        return
+    # Only the chain's last event carries routing, for the whole sequence (the server would drop it elsewhere).
+    assert [("routed_experts" in e["data"]) for e in raw] == [False, True]
+    batch = train_batch([completed], require_routed_experts=True)
+    expected = routed_experts_for(trajectory.token_ids, 0, 3, 2, 8)  # what the engine routed, (len - 1, 3, 2)
+    n, length = trajectory.initial_prompt_length, len(trajectory)
+    [routes] = batch["routed_experts"]
+    assert routes.dtype == np.uint8 and routes.shape == (8192, 3, 2)
+    assert np.array_equal(routes[4096 - n : 4096], expected[:n])  # left-padded prompt rows
+    assert np.array_equal(routes[4096 : 4096 + length - 1 - n], expected[n:])  # response rows
+    assert not routes[4096 + length - 1 - n :].any() and not routes[: 4096 - n].any()
+    [prompt] = batch["prompts"]
+    [response] = batch["responses"]
+    assert prompt[4096 - n :].tolist() + response[: length - n].tolist() == trajectory.token_ids
 
 
 # -- real agents, started as Agent Lightning's controller starts them -------------------------------------------------

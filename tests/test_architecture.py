@@ -27,6 +27,8 @@ BOTTOM = {
     "strands_tito.prompt_ids",
     "strands_tito.spans",
     "strands_tito.span_images",
+    "strands_tito.span_lineage",
+    "strands_tito.replay",
     "strands_tito.records",
     "strands_tito.assembly",
     "strands_tito.otlp",

@@ -86,7 +86,7 @@ async def test_drift_cases_survive_the_span_round_trip(start_engine, qwen3, memo
     else:
         first, final = [*call, *drift, IM_END], [*drift, IM_END]
     model, _ = await run_tool_agent(start_engine, qwen3, Reply(ids=first), Reply(ids=final))
-    original = model.token_manager
+    original = model.trajectory
     model.reset()  # the end signal
     record = assemble(from_memory(memory), {original.trajectory_id})[original.trajectory_id]
     assert record.complete, record.reason
@@ -103,7 +103,7 @@ async def test_parallel_tools_and_thinking(start_engine, qwen3, memory) -> None:
         tools=[slow_echo],
         enable_thinking=True,
     )
-    original = model.token_manager
+    original = model.trajectory
     model.reset()
     record = assemble(from_memory(memory), {original.trajectory_id})[original.trajectory_id]
     assert record.complete, record.reason
@@ -174,7 +174,7 @@ async def test_real_otlp_http_exporter_round_trip(start_engine, qwen3, plug, mon
             Reply(text=hermes_call("calculator", expression="3*3")),
             Reply(ids=[*drift, IM_END]),
         )
-        original = model.token_manager
+        original = model.trajectory
         model.reset()
         processor.force_flush()
     finally:
@@ -199,7 +199,7 @@ async def test_real_otlp_http_exporter_round_trip(start_engine, qwen3, plug, mon
 async def test_missing_duplicated_and_reordered_spans_are_detected(start_engine, qwen3, memory) -> None:  # type: ignore[no-untyped-def]
     call = Reply(text=hermes_call("calculator", expression="1+1"))
     model, _ = await run_tool_agent(start_engine, qwen3, call, call, Reply(text="2"))
-    original = model.token_manager
+    original = model.trajectory
     model.reset()
     items = [i for i in from_memory(memory) if i[0].get(spans.TRAJECTORY_ID) == original.trajectory_id]
     turns = [i for i in items if i[0][spans.KIND] == "turn"]
@@ -245,7 +245,7 @@ async def test_rewards_ride_on_the_trace(start_engine, qwen3, memory) -> None:  
     model, agent = await run_tool_agent(start_engine, qwen3, Reply(text="42"))
     capture.record_reward(0.5, agent=agent)
     strands_tito.record_reward(1.0)  # the public name; the most recently active trajectory
-    original = model.token_manager
+    original = model.trajectory
     model.reset()
     record = assemble(from_memory(memory), {original.trajectory_id})[original.trajectory_id]
     assert record.complete and record.rewards == [0.5, 1.0] and record.reward == 1.0
@@ -258,7 +258,7 @@ async def test_embedded_jsonl_writer(start_engine, qwen3, plug, tmp_path) -> Non
     model, _ = await run_tool_agent(
         start_engine, qwen3, Reply(text=hermes_call("calculator", expression="2*21")), Reply(text="42")
     )
-    original = model.token_manager
+    original = model.trajectory
     model.reset()
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     [line] = [x for x in lines if x["trajectory_id"] == original.trajectory_id]

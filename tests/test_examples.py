@@ -93,6 +93,6 @@ def test_slime_example_keeps_the_seed_routing_call() -> None:
     ]
     assert len(calls) == 1
     assert ast.unparse(calls[0]) == (
-        "decode_routed_experts(model.routed_experts, seq_len=len(tm.token_ids), num_layers=args.num_layers, "
+        "decode_routed_experts(model.routed_experts, seq_len=len(trajectory.token_ids), num_layers=args.num_layers, "
         "top_k=args.moe_router_topk)"
     )

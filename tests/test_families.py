@@ -243,7 +243,7 @@ async def test_family_episode(start_engine, name: str, thinking: bool | None) ->
 
     # (b) The trajectory is what the engine received and produced, token for token.
     records = generate_records(engine)
-    assert_matches_engine(model.token_manager, records)
+    assert_matches_engine(model.trajectory, records)
     assert len(records) == len(turns)
 
     # (c) Template fidelity: each request is the template's rendering of the structured conversation, with the

@@ -74,7 +74,7 @@ async def run_episode(start_engine, qwen35):  # type: ignore[no-untyped-def]
 async def test_images_in_first_prompt_and_tool_result(start_engine, qwen35) -> None:  # type: ignore[no-untyped-def]
     engine, model, agent, result = await run_episode(start_engine, qwen35)
     assert str(result).strip() == "A cat."
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     records = generate_records(engine)
     # Token for token what the engine received and produced.
     assert_matches_engine(trajectory, records)
@@ -110,7 +110,7 @@ def _schema() -> dict[str, Any]:
 
 async def test_capture_carries_images_to_the_record(start_engine, qwen35, memory) -> None:  # type: ignore[no-untyped-def]
     _, model, _, _ = await run_episode(start_engine, qwen35)
-    original = model.token_manager
+    original = model.trajectory
     model.reset()
     record = assemble(from_memory(memory), {original.trajectory_id})[original.trajectory_id]
     assert record.complete, record.reason
@@ -131,7 +131,7 @@ async def test_oversized_image_is_captured_as_hash_and_record_is_incomplete(  # 
 ) -> None:
     monkeypatch.setenv("STRANDS_TITO_MAX_IMAGE_BYTES", str(len(TOOL_IMAGE) - 1))
     _, model, _, _ = await run_episode(start_engine, qwen35)
-    original = model.token_manager
+    original = model.trajectory
     model.reset()
     record = assemble(from_memory(memory), {original.trajectory_id})[original.trajectory_id]
     assert not record.complete
@@ -146,7 +146,7 @@ async def test_model_without_image_understanding_refuses_before_sending(start_en
     with pytest.raises(ImagesNotSupportedError, match="has_image_understanding false"):
         await agent.invoke_async(user_prompt())
     assert [r.path for r in engine.records] == ["/model_info"]
-    assert len(model.token_manager) == 0
+    assert len(model.trajectory) == 0
 
 
 async def test_text_only_template_refuses_images_before_sending(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -256,7 +256,7 @@ async def test_collector_ingest_carries_images_and_rejects_bad_ones(  # type: ig
     from .otlp_helpers import make_request, make_span
 
     _, model, _, _ = await run_episode(start_engine, qwen35)
-    original = model.token_manager
+    original = model.trajectory
     model.reset()
     items = [
         (s.name, dict(s.attributes or {}))

@@ -6,6 +6,8 @@ The central assertion everywhere: the trajectory equals, token for token, what t
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 from typing import Any
 
@@ -28,6 +30,7 @@ from strands_tito import (
     get_tool_parser,
 )
 from strands_tito.engine import Fault, Reply, Script, routed_experts_for
+from strands_tito.replay import top_p_rows
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
 from .tools import calculator
@@ -71,7 +74,7 @@ async def test_multi_turn_tool_use_is_recorded_exactly(start_engine, qwen3) -> N
     assert "426" in str(result)
 
     records = generate_records(engine)
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     assert_matches_engine(trajectory, records)
     assert [t.finish_reason for t in trajectory.turns] == ["stop"] * 3
     assert trajectory.token_ids[trajectory.turns[0].output_start - 1] != IM_END
@@ -110,11 +113,11 @@ async def test_parallel_tool_results_follow_call_order(start_engine, qwen3) -> N
     assert model.tool_parse_errors == {"unknown_tool": 1}  # a name Strands refuses is reported as unknown_tool
     assert sorted(r for r in results if r != rejected) == ["echo:first", "echo:third"]
     # ... but the model sees the results in the order it made the calls.
-    turn = model.token_manager.turns[1]
-    prompt = decode(qwen3, model.token_manager.token_ids[turn.prompt_start : turn.output_start])
+    turn = model.trajectory.turns[1]
+    prompt = decode(qwen3, model.trajectory.token_ids[turn.prompt_start : turn.output_start])
     positions = [prompt.index(marker) for marker in ("echo:first", rejected, "echo:third")]
     assert positions == sorted(positions)
-    assert_matches_engine(model.token_manager, generate_records(engine))
+    assert_matches_engine(model.trajectory, generate_records(engine))
 
 
 @pytest.mark.parametrize("enable_thinking", [False, True])
@@ -131,7 +134,7 @@ async def test_thinking(start_engine, qwen3, enable_thinking: bool) -> None:  # 
     model = make_model(engine, qwen3, enable_thinking=enable_thinking)
     agent = make_agent(model, [calculator])
     await agent.invoke_async("What is 2 ** 10?")
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     first_prompt = decode(qwen3, trajectory.token_ids[: trajectory.initial_prompt_length])
     assert first_prompt.endswith("<think>\n\n</think>\n\n") is (not enable_thinking)
     # Only the call outside the think block ran.
@@ -162,7 +165,7 @@ async def test_drift_cases_are_kept_exactly(start_engine, qwen3, case: str) -> N
     agent = make_agent(model, [calculator])
     await agent.invoke_async("Compute 6 * 7.")
 
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     assert_matches_engine(trajectory, generate_records(engine))
     outputs = [trajectory.token_ids[t.output_start : t.output_start + t.output_length] for t in trajectory.turns]
     assert outputs == [first_output, final]
@@ -181,11 +184,11 @@ async def test_context_window_is_respected(start_engine, qwen3) -> None:  # type
     assert record.request["sampling_params"]["max_new_tokens"] == 400 - len(record.input_ids or []) - 1
 
     # A prompt that does not fit fails before any request, and leaves the trajectory as it was.
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     with pytest.raises(ContextWindowOverflowException):
         await agent.invoke_async("x " * 500)
     assert len(generate_records(engine)) == 1
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 async def test_server_context_overflow_maps_to_strands(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -193,7 +196,7 @@ async def test_server_context_overflow_maps_to_strands(start_engine, qwen3) -> N
     model = make_model(engine, qwen3)
     with pytest.raises(ContextWindowOverflowException, match="context length"):
         await make_agent(model).invoke_async("Hi")
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
     assert [r.status for r in engine.records if r.path == "/generate"] == [400]
 
 
@@ -204,8 +207,8 @@ async def test_throttling_is_retried_then_succeeds(start_engine, qwen3, status: 
     await make_agent(model).invoke_async("Hi")
     statuses = [r.status for r in engine.records if r.path == "/generate"]
     assert statuses == [status, status, 200]
-    assert_matches_engine(model.token_manager, generate_records(engine))
-    assert len(model.token_manager.turns) == 1
+    assert_matches_engine(model.trajectory, generate_records(engine))
+    assert len(model.trajectory.turns) == 1
 
 
 async def test_throttling_that_never_ends_becomes_model_throttled(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -214,7 +217,7 @@ async def test_throttling_that_never_ends_becomes_model_throttled(start_engine, 
     with pytest.raises(ModelThrottledException):
         await make_agent(model).invoke_async("Hi")
     assert len([r for r in engine.records if r.path == "/generate"]) == 3
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 async def test_bad_request_is_not_retried(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -230,10 +233,10 @@ async def test_abort_is_an_error_not_a_turn(start_engine, qwen3) -> None:  # typ
     model = make_model(engine, qwen3)
     agent = make_agent(model)
     await agent.invoke_async("Hi")
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     with pytest.raises(SGLangAbortedError):
         await agent.invoke_async("Again")
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 @pytest.mark.parametrize(
@@ -253,10 +256,10 @@ async def test_malformed_replies_raise_typed_errors(start_engine, qwen3, kind: s
     model = make_model(engine, qwen3, client_kwargs={"max_retries": 0})
     agent = make_agent(model)
     await agent.invoke_async("Hi")
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     with pytest.raises(error):
         await agent.invoke_async("Again")
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 async def test_malformed_tool_call_becomes_an_error_the_model_sees(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -273,9 +276,9 @@ async def test_malformed_tool_call_becomes_an_error_the_model_sees(start_engine,
     text = result["content"][0]["text"]
     assert 'Invalid tool call: "arguments" must be a JSON object' in text and bad in text
     # The model saw exactly that error text in its next prompt.
-    turn = model.token_manager.turns[1]
-    assert text in decode(qwen3, model.token_manager.token_ids[turn.prompt_start : turn.output_start])
-    assert_matches_engine(model.token_manager, generate_records(engine))
+    turn = model.trajectory.turns[1]
+    assert text in decode(qwen3, model.trajectory.token_ids[turn.prompt_start : turn.output_start])
+    assert_matches_engine(model.trajectory, generate_records(engine))
 
 
 async def test_two_agents_share_one_model_concurrently(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -302,7 +305,7 @@ async def test_cancelled_rollout_cancels_its_request(start_engine, qwen3) -> Non
     model = make_model(engine, qwen3)
     agent = make_agent(model)
     await agent.invoke_async("Hi")
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     task = asyncio.create_task(agent.invoke_async("Again"))
     await asyncio.sleep(0.5)
     task.cancel()
@@ -313,7 +316,7 @@ async def test_cancelled_rollout_cancels_its_request(start_engine, qwen3) -> Non
             break
         await asyncio.sleep(0.05)
     assert [r.disconnected for r in engine.records if r.path == "/generate"] == [False, True]
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 async def test_cancel_signal_abandons_the_request(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -325,7 +328,7 @@ async def test_cancel_signal_abandons_the_request(start_engine, qwen3) -> None: 
     agent.cancel()
     result = await asyncio.wait_for(task, 3)
     assert result.stop_reason == "cancelled"
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 async def test_tool_limiter_stops_on_a_message_boundary(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -337,7 +340,7 @@ async def test_tool_limiter_stops_on_a_message_boundary(start_engine, qwen3) -> 
     with pytest.raises(MaxToolIterationsReachedError):
         await agent.invoke_async("Add things.")
     assert (limiter.tool_iter_count, limiter.tool_call_count) == (2, 2)
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     assert len(trajectory.turns) == 2 and trajectory.segments[-1].is_output
     assert trajectory.token_ids[-1] == IM_END
     assert_matches_engine(trajectory, generate_records(engine))
@@ -361,7 +364,7 @@ async def test_qwen_xml_parser_and_multi_invocation_episode(start_engine, qwen3)
     agent = make_agent(model, [calculator])
     await agent.invoke_async("3*3?")
     await agent.invoke_async("Thanks!")
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     assert len(trajectory.turns) == 3
     turn = trajectory.turns[2]
     assert decode(qwen3, trajectory.token_ids[turn.prompt_start : turn.output_start]) == (
@@ -375,13 +378,13 @@ async def test_reset_starts_a_new_trajectory(start_engine, qwen3) -> None:  # ty
     model = make_model(engine, qwen3)
     agent = make_agent(model)
     await agent.invoke_async("First")
-    old = model.token_manager
+    old = model.trajectory
     model.reset()
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
     await agent.invoke_async("Second")
-    assert len(old.turns) == 1 and len(model.token_manager.turns) == 1
+    assert len(old.turns) == 1 and len(model.trajectory.turns) == 1
     # After a reset the whole conversation so far is the new trajectory's prompt.
-    assert "First" in decode(qwen3, model.token_manager.token_ids[: model.token_manager.initial_prompt_length])
+    assert "First" in decode(qwen3, model.trajectory.token_ids[: model.trajectory.initial_prompt_length])
 
 
 async def test_history_rewrite_raises_under_the_raise_policy(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -401,7 +404,7 @@ async def test_routed_experts_cover_every_position_but_the_last(start_engine, qw
     )
     model = make_model(engine, qwen3, return_routed_experts=True)
     await make_agent(model, [calculator]).invoke_async("5-3?")
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     routing = trajectory.decode_routed_experts(num_layers=3, top_k=2)
     assert routing.shape == (len(trajectory) - 1, 3, 2)
     assert model.routed_experts == trajectory.routed_experts and len(model.routed_experts) == 2
@@ -409,6 +412,59 @@ async def test_routed_experts_cover_every_position_but_the_last(start_engine, qw
     assert [q["routed_experts_start_len"] for q in requests] == [0, trajectory.turns[1].prompt_start - 1]
     # The stitched slices equal the routing of the whole final sequence, position by position.
     assert np.array_equal(routing, routed_experts_for(trajectory.token_ids, 0, 3, 2, 8))
+
+
+async def test_top_p_sets_are_kept_per_token(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    """``return_top_p`` asks for slime's top-p sets; each turn keeps exactly the server's, prompt rows empty."""
+    engine = start_engine(Script(turns=[Reply(text=hermes_call("calculator", expression="5 - 3")), Reply(text="2")]))
+    model = make_model(engine, qwen3, return_top_p=True, sampling_params={"max_new_tokens": 256, "top_p": 0.9})
+    await make_agent(model, [calculator]).invoke_async("5-3?")
+    trajectory = model.token_manager
+    requests = [r.request for r in generate_records(engine)]
+    assert all(q["sampling_params"]["custom_params"] == {"return_top_p_token_ids": True} for q in requests)
+    for turn, record in zip(trajectory.turns, generate_records(engine), strict=True):
+        meta = record.response["meta_info"]
+        ids = np.frombuffer(base64.b64decode(meta["top_p_token_ids"]), dtype="<i4").tolist()
+        offsets = np.frombuffer(base64.b64decode(meta["top_p_token_offsets"]), dtype="<i4").tolist()
+        assert (list(turn.top_p_token_ids or ()), list(turn.top_p_offsets or ())) == (ids, offsets)
+    rows = top_p_rows(trajectory.turns)
+    assert rows is not None
+    ids, offsets = rows
+    assert len(offsets) == len(trajectory) + 1 and offsets[-1] == len(ids)
+    for position, masked in enumerate(trajectory.loss_mask):
+        kept = ids[offsets[position] : offsets[position + 1]]
+        # Generated tokens: the sampled token heads its kept set; prompt and tool tokens: an empty row.
+        assert (kept[:1] == [trajectory.token_ids[position]]) if masked else kept == []
+
+
+async def test_top_p_asked_for_but_not_served_is_a_clear_error(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    engine = start_engine(Script(turns=[Reply(text="2")]))
+    model = make_model(engine, qwen3, return_top_p=True)
+    real_generate = model.client.generate
+
+    async def without_top_p(*args, **kwargs):  # type: ignore[no-untyped-def]
+        reply = await real_generate(*args, **kwargs)
+        del reply["meta_info"]["top_p_token_ids"]
+        return reply
+
+    model.client.generate = without_top_p  # type: ignore[method-assign]
+    with pytest.raises(SGLangResponseError, match="top-p token sets were requested"):
+        await make_agent(model).invoke_async("hi")
+    assert len(model.token_manager) == 0
+
+
+async def test_routed_experts_with_a_layout_give_a_compact_npy(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    engine = start_engine(
+        Script(turns=[Reply(text=hermes_call("calculator", expression="5 - 3")), Reply(text="2")]),
+        routed_experts=(3, 2, 300),
+    )
+    model = make_model(engine, qwen3, return_routed_experts=True, routed_experts_layout=(3, 2, 300))
+    await make_agent(model, [calculator]).invoke_async("5-3?")
+    trajectory = model.token_manager
+    assert {t.routed_experts_layout for t in trajectory.turns} == {(3, 2, 300)}
+    routes = np.load(io.BytesIO(base64.b64decode(trajectory.to_dict()["routed_experts"])), allow_pickle=False)
+    assert routes.dtype == np.uint16  # 300 experts do not fit uint8
+    assert np.array_equal(routes, routed_experts_for(trajectory.token_ids, 0, 3, 2, 300))
 
 
 class Answer(BaseModel):
@@ -423,7 +479,7 @@ async def test_structured_output_uses_json_schema(start_engine, qwen3) -> None: 
     [record] = generate_records(engine)
     schema = record.request["sampling_params"]["json_schema"]
     assert isinstance(schema, str) and json.loads(schema) == Answer.model_json_schema()
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 async def test_first_prompt_logprobs_are_recorded_when_asked(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]

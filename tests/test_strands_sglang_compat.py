@@ -206,3 +206,20 @@ async def test_generate_forwards_any_generate_field(start_engine, qwen3) -> None
     (record,) = [r for r in engine.records if r.path == "/generate"]
     assert {"custom_logit_processor", "lora_path"} <= set(record.request) and record.request["stream"] is False
     await client.close()
+
+
+async def test_format_tool_specs_is_an_extension_point(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    class TerseTools(SGLangModel):
+        def format_tool_specs(self, tool_specs: Any) -> list[dict[str, Any]] | None:
+            tools = super().format_tool_specs(tool_specs) or []
+            for tool in tools:
+                tool["function"]["description"] = "Arithmetic only."
+            return tools
+
+    engine = start_engine(Script(turns=[Reply(text="Fine.")]))
+    model = TerseTools(client=SGLangClient(engine.base_url), tokenizer=qwen3, sampling_params={"max_new_tokens": 32})
+    await make_agent(model, [calculator]).invoke_async("Hi")
+    prompt = qwen3.decode(model.trajectory.token_ids[: model.trajectory.initial_prompt_length])
+    assert '"description": "Arithmetic only."' in prompt and "Evaluate an arithmetic expression" not in prompt
+    assert_matches_engine(model.trajectory, generate_records(engine))
+    assert model.processed_messages == 2  # the user message and the model's reply

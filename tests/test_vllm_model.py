@@ -105,7 +105,7 @@ async def test_multi_turn_tool_use_is_recorded_exactly(start_engine, qwen3, endp
     result = await agent.invoke_async("What is 25 * 17 + 1?")
     assert "426" in str(result)
 
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     records = records_of(engine, ENDPOINTS[endpoint])
     assert_matches_engine(trajectory, records)
     assert [t.finish_reason for t in trajectory.turns] == ["stop"] * 3
@@ -134,7 +134,7 @@ async def test_auto_falls_back_to_completions_once_when_scale_out_is_off(start_e
     assert [r.status for r in refused] == [403]
     assert refused[0].response["error"]["message"] == SCALE_OUT_DISABLED_MESSAGE
     assert model.endpoint_in_use == COMPLETIONS
-    assert_matches_engine(model.token_manager, records_of(engine, COMPLETIONS))
+    assert_matches_engine(model.trajectory, records_of(engine, COMPLETIONS))
     [warning] = [r for r in caplog.records if "--enable-scale-out" in r.getMessage()]
     assert warning.levelno == logging.WARNING
 
@@ -147,7 +147,7 @@ async def test_generate_only_fails_early_naming_the_flag(start_engine, qwen3) ->
         await make_agent(model).invoke_async("Hi")
     assert caught.value.status == 403
     assert [r.path for r in engine.records if r.path != "/v1/models"] == [GENERATE]
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 async def test_old_server_without_return_token_ids(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -159,8 +159,8 @@ async def test_old_server_without_return_token_ids(start_engine, qwen3) -> None:
     [record] = records_of(engine, COMPLETIONS)
     assert "token_ids" not in record.response["choices"][0]
     assert record.response["choices"][0]["logprobs"]["tokens"][0].startswith("token_id:")
-    assert model.token_manager.token_ids == [*record.input_ids, *DRIFT_CASES["broken_utf8"], IM_END]
-    assert model.token_manager.logprobs[-1] is None  # not asked for
+    assert model.trajectory.token_ids == [*record.input_ids, *DRIFT_CASES["broken_utf8"], IM_END]
+    assert model.trajectory.logprobs[-1] is None  # not asked for
 
 
 @pytest.mark.parametrize("endpoint", ["generate", "completions"])
@@ -171,7 +171,7 @@ async def test_throttling_is_retried_then_succeeds(start_engine, qwen3, status: 
     await make_agent(model).invoke_async("Hi")
     path = ENDPOINTS[endpoint]
     assert [r.status for r in engine.records if r.path == path] == [status, status, 200]
-    assert_matches_engine(model.token_manager, records_of(engine, path))
+    assert_matches_engine(model.trajectory, records_of(engine, path))
 
 
 async def test_throttling_that_never_ends_becomes_model_throttled(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -180,7 +180,7 @@ async def test_throttling_that_never_ends_becomes_model_throttled(start_engine, 
     with pytest.raises(ModelThrottledException, match="vLLM returned HTTP 503"):
         await make_agent(model).invoke_async("Hi")
     assert len([r for r in engine.records if r.path == GENERATE]) == 3
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 @pytest.mark.parametrize("endpoint", ["generate", "completions"])
@@ -190,7 +190,7 @@ async def test_server_context_overflow_maps_to_strands(start_engine, qwen3, endp
     with pytest.raises(ContextWindowOverflowException, match="--max-model-len"):
         await make_agent(model).invoke_async("Hi")
     assert [r.status for r in engine.records if r.path == ENDPOINTS[endpoint]] == [400]
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 async def test_context_window_is_fitted_before_sending(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -201,11 +201,11 @@ async def test_context_window_is_fitted_before_sending(start_engine, qwen3) -> N
     [record] = records_of(engine, GENERATE)
     # vLLM accepts prompt + max_tokens == max_model_len, so nothing is held back.
     assert record.request["sampling_params"]["max_tokens"] == 400 - len(record.input_ids or [])
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     with pytest.raises(ContextWindowOverflowException):
         await agent.invoke_async("x " * 500)
     assert len(records_of(engine, GENERATE)) == 1
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 async def test_abort_is_an_error_not_a_turn(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -213,10 +213,10 @@ async def test_abort_is_an_error_not_a_turn(start_engine, qwen3) -> None:  # typ
     model = make_vllm(engine, qwen3)
     agent = make_agent(model)
     await agent.invoke_async("Hi")
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     with pytest.raises(VLLMAbortedError, match="abort"):
         await agent.invoke_async("Again")
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 async def test_unknown_model_name_says_which_flag(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -247,10 +247,10 @@ async def test_malformed_replies_raise_typed_errors(  # type: ignore[no-untyped-
     model = make_vllm(engine, qwen3, endpoint=endpoint, client_kwargs={"max_retries": 0})
     agent = make_agent(model)
     await agent.invoke_async("Hi")
-    before = model.token_manager.to_dict()
+    before = model.trajectory.to_dict()
     with pytest.raises(error, match=message):
         await agent.invoke_async("Again")
-    assert model.token_manager.to_dict() == before
+    assert model.trajectory.to_dict() == before
 
 
 async def test_missing_token_ids_name_the_flags(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -270,12 +270,12 @@ async def test_stop_string_and_stop_token_trim_the_text_not_the_ids(start_engine
     await agent.invoke_async("Hi")
     model.update_config(sampling_params={"stop_token_ids": [stop_id]})
     await agent.invoke_async("Again")
-    turns = model.token_manager.turns
+    turns = model.trajectory.turns
     assert [t.matched_stop for t in turns] == [" END", stop_id]
     assert agent.messages[1]["content"][0]["text"] == "Hello"
     assert agent.messages[3]["content"][0]["text"] == "Wow"
     # The ids are what the server generated, stop string and stop token included.
-    assert_matches_engine(model.token_manager, records_of(engine, ENDPOINTS[endpoint]))
+    assert_matches_engine(model.trajectory, records_of(engine, ENDPOINTS[endpoint]))
 
 
 @pytest.mark.parametrize("case", sorted(DRIFT_CASES))
@@ -288,7 +288,7 @@ async def test_drift_cases_are_kept_exactly(start_engine, qwen3, case: str) -> N
     model = make_vllm(engine, qwen3)
     agent = make_agent(model, [calculator])
     await agent.invoke_async("Compute 6 * 7.")
-    assert_matches_engine(model.token_manager, records_of(engine, GENERATE))
+    assert_matches_engine(model.trajectory, records_of(engine, GENERATE))
     assert agent.messages[2]["content"][0]["toolResult"]["content"][0]["text"] == "42"
 
 
@@ -296,7 +296,7 @@ async def test_prompt_logprobs_and_prompt_ids_when_asked(start_engine, qwen3) ->
     engine = start_engine(Script(turns=[Reply(text=hermes_call("calculator", expression="1+1")), Reply(text="2")]))
     model = make_vllm(engine, qwen3, return_prompt_logprobs=True, return_prompt_token_ids=True)
     await make_agent(model, [calculator]).invoke_async("1+1?")
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     records = records_of(engine, GENERATE)
     assert all(r.request["return_token_ids"] and r.request["sampling_params"]["prompt_logprobs"] == 0 for r in records)
     assert all(r.response["prompt_token_ids"] == r.input_ids for r in records)
@@ -341,7 +341,7 @@ async def test_cancel_signal_abandons_the_request(start_engine, qwen3) -> None: 
     agent.cancel()
     result = await asyncio.wait_for(task, 3)
     assert result.stop_reason == "cancelled"
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 async def test_reset_and_structured_output(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -356,14 +356,14 @@ async def test_reset_and_structured_output(start_engine, qwen3) -> None:  # type
     model = make_vllm(engine, qwen3)
     agent = make_agent(model)
     await agent.invoke_async("First")
-    old = model.token_manager
+    old = model.trajectory
     model.reset()
-    assert model.token_manager.token_ids == [] and len(old.turns) == 1
+    assert model.trajectory.token_ids == [] and len(old.turns) == 1
     events = [e async for e in model.structured_output(Answer, [{"role": "user", "content": [{"text": "7?"}]}])]
     assert events[-1]["output"] == Answer(value=7)
     structured = records_of(engine, GENERATE)[-1]
     assert structured.request["sampling_params"]["structured_outputs"] == {"json": Answer.model_json_schema()}
-    assert model.token_manager.token_ids == []
+    assert model.trajectory.token_ids == []
 
 
 # -- span capture ---------------------------------------------------------------------------------------------------
@@ -415,7 +415,7 @@ async def test_spans_reassemble_into_the_trajectory(start_engine, qwen3, memory)
     )
     model = make_vllm(engine, qwen3, endpoint="completions")
     await make_agent(model, [calculator]).invoke_async("3*3?")
-    original = model.token_manager
+    original = model.trajectory
     model.reset()  # the end signal
     record = reassemble(memory, original.trajectory_id)
     assert record.complete, record.reason
@@ -563,7 +563,7 @@ async def test_real_vllm_tool_agent_trajectory_is_the_servers_tokens(vllm_server
         result = await agent.invoke_async("What is 6 * 7 - 1?")
         assert str(result).strip() == "The answer is 41."
         await agent.invoke_async("Thanks!")  # a second invocation continues the same trajectory
-        trajectory = model.token_manager
+        trajectory = model.trajectory
         assert len(trajectory.turns) == len(exchanges) == 4
         # The tools really ran with the forced arguments, and the model saw their results.
         results = [
@@ -622,7 +622,7 @@ async def test_real_vllm_context_overflow(vllm_server: str, qwen3) -> None:  # t
         model = make_vllm(vllm_server, qwen3, endpoint=endpoint, context_window_limit=100_000)
         with pytest.raises(ContextWindowOverflowException, match="--max-model-len"):
             await real_agent(model, [ANSWER_REGEX]).invoke_async(long_prompt)
-        assert model.token_manager.token_ids == []
+        assert model.trajectory.token_ids == []
 
 
 @pytest.mark.vllm
@@ -642,7 +642,7 @@ async def test_real_vllm_length_finish_and_prompt_logprobs(vllm_server: str, qwe
     # Strands raises on a max_tokens stop; the turn is recorded all the same.
     with pytest.raises(MaxTokensReachedException):
         await agent.invoke_async("Say something.")
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     [turn] = trajectory.turns
     assert turn.finish_reason == "length" and turn.output_length == 8
     [(_, _, reply)] = exchanges
@@ -676,7 +676,7 @@ async def test_real_instruct_model_from_pypi(tmp_path: Path) -> None:
         answer = await agent.invoke_async("What is the capital of France?")
         await agent.invoke_async("And what is the capital of Italy?")
     assert "Paris" in str(answer)
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     assert len(trajectory.turns) == len(exchanges) == 2
     previous: list[int] | None = None
     for turn, (_, payload, reply) in zip(trajectory.turns, exchanges, strict=True):
@@ -742,7 +742,7 @@ async def test_real_vllm_llama_family_template(tmp_path: Path) -> None:
     assert results == ["42", "41"]
 
     # The trajectory is the server's prompt ids then its output ids, call by call, each ending on <|eot_id|>.
-    trajectory = model.token_manager
+    trajectory = model.trajectory
     assert len(trajectory.turns) == len(exchanges) == 4
     for turn, (_, payload, reply) in zip(trajectory.turns, exchanges, strict=True):
         choice = reply["choices"][0]

@@ -85,7 +85,8 @@ if TYPE_CHECKING:
         VLLMModel,
         VLLMResponseError,
     )
-    from strands_tito.trajectory import Rollout, Segment, Trajectory, TrajectoryError, Turn, decode_routed_experts
+    from strands_tito.replay import decode_routed_experts
+    from strands_tito.trajectory import Rollout, Segment, Trajectory, TrajectoryError, Turn
 
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
@@ -137,7 +138,7 @@ _EXPORTS: dict[str, str] = {
     "Trajectory": "trajectory",
     "TrajectoryError": "trajectory",
     "Turn": "trajectory",
-    "decode_routed_experts": "trajectory",
+    "decode_routed_experts": "replay",
     "VLLMAbortedError": "providers.vllm",
     "VLLMClient": "providers.vllm",
     "VLLMConfig": "providers.vllm",

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from strands_tito.span_lineage import Lineage
 from strands_tito.spans import CallSpan, Decoded, EndSpan, RewardSpan, SpanRef, TurnSpan
 from strands_tito.trajectory import FinishReason, Trajectory, TrajectoryError, pack_int32
 
@@ -81,6 +82,10 @@ class TrajectoryRecord:
     ``trajectory`` merges all calls; otherwise it holds the calls up to the first divergence). None for turns."""
     merged_calls: int = 0
     """Call trajectories: how many calls ``trajectory`` holds."""
+    lineage: Lineage = field(default_factory=Lineage)
+    """Its episode, parent trajectory and agent (from its first turn or call)."""
+    sample_index: int = 0
+    """Which sample of its agent within the episode (0 until context rewrites start new samples)."""
 
     @property
     def reward(self) -> float | None:
@@ -94,6 +99,11 @@ class TrajectoryRecord:
             "complete": self.complete,
             "reason": self.reason,
             "model_id": self.model_id,
+            "episode_id": self.lineage.episode_id,
+            "sample_index": self.sample_index,
+            "parent_trajectory_id": self.lineage.parent_trajectory_id,
+            "agent_id": self.lineage.agent_id,
+            "agent_name": self.lineage.agent_name,
             "reward": self.reward,
             "rewards": list(self.rewards),
             "trace_ids": list(self.trace_ids),
@@ -340,6 +350,7 @@ def build_record(
         reason="; ".join(problems) or None,
         model_id=model_id,
         tool_parse_errors=errors,
+        lineage=turns[0].lineage if 0 in turns else Lineage(),
     )
 
 
@@ -368,6 +379,8 @@ def chain_turn(trajectory: Trajectory, index: int, turn: TurnSpan) -> str | None
             request_id=turn.request_id,
             weight_version=turn.weight_version,
             routed_experts=base64.b64encode(turn.routed_experts).decode() if turn.routed_experts else None,
+            routed_experts_layout=turn.routed_experts_layout,
+            top_p=turn.top_p,
             image_data=cast(list[str], urls),
             image_token_id=turn.image_token_id,
         )
@@ -460,6 +473,7 @@ def build_call_record(
         prefix_report=report,
         prefix_consistent=all(check.shares_prefix for check in report),
         merged_calls=merged,
+        lineage=ordered[0].lineage if ordered else Lineage(),
     )
 
 

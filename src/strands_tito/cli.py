@@ -19,8 +19,17 @@ commands:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch to a sub-command."""
-    args = sys.argv[1:] if argv is None else argv
+    """Dispatch to a sub-command; a missing optional extra is one line naming it, not a traceback."""
+    from strands_tito.errors import MissingDependencyError
+
+    try:
+        return _dispatch(sys.argv[1:] if argv is None else argv)
+    except MissingDependencyError as e:
+        print(f"strands-tito: {e}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: list[str]) -> int:
     command, rest = (args[0], args[1:]) if args else ("", [])
     if command in ("--version", "-V"):
         from importlib.metadata import version

@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -161,7 +162,11 @@ def run_demo(out: Path = Path("strands-tito-demo"), chat_template: str | None = 
         f"{'equals' if exact else 'DIFFERS FROM'} what the engine received and produced"
     )
     if name is None:
-        print(f"look again with: strands-tito inspect {output} --tokenizer qwen3 --html {out / 'trajectories.html'}")
+        # After `make demo` the command is in .venv/bin, which is not on PATH: name the one that works here.
+        command = "strands-tito"
+        if shutil.which(command) is None:
+            command = os.path.relpath(Path(sys.executable).parent / command)
+        print(f"look again with: {command} inspect {output} --tokenizer qwen3 --html {out / 'trajectories.html'}")
     return 0 if exact else 1
 
 

@@ -24,12 +24,16 @@ for SGLang and vLLM alike)::
     │   ├── RequestCancelledError = SGLangCancelledError  the caller's cancel signal was set
     │   ├── TokenResponseError (generation)            the reply breaks the protocol
     │   │   ├── SGLangResponseError (sglang)
-    │   │   └── VLLMResponseError (vllm)
+    │   │   │   └── SGLangInvalidSampleError (sglang), also InvalidSampleError
+    │   │   ├── VLLMResponseError (vllm)
+    │   │   │   └── VLLMInvalidSampleError (vllm), also InvalidSampleError
+    │   │   └── InvalidSampleError (generation)         the server's sampling failed numerically (a NaN logprob)
     │   ├── TokenAbortedError (generation)             the server aborted the generation
     │   │   ├── SGLangAbortedError (sglang)
     │   │   └── VLLMAbortedError (vllm)
     │   ├── HistoryRewrittenError (episode)            the history was rewritten and on_rewrite is "raise"
     │   └── ImagesNotSupportedError (token_model)      images for a provider or model that cannot take them
+    ├── MissingDependencyError, also ImportError     an optional extra is not installed (names the extra)
     ├── HTTPTransportError (connection_pool)         the lean HTTP/1.1 pool's own failures (mapped by the client)
     │   ├── HTTPTimeout
     │   └── HTTPConnectError
@@ -49,6 +53,8 @@ for SGLang and vLLM alike)::
     │   ├── MaxToolCallsReachedError
     │   └── MaxMessagesReachedError
     ├── BindError (collector.service), also OSError
+    ├── StoreError (collector.store), also OSError   the store cannot be opened or written
+    │   └── StoreInUse                                 another collector has the store open
     ├── PayloadTooLarge (collector.ingest), also ValueError
     ├── ExporterConfigError (exporters.base), also RuntimeError
     └── AgentLightningError (exporters.agentlightning), also RuntimeError
@@ -63,6 +69,7 @@ from __future__ import annotations
 __all__ = [
     "ContextLengthError",
     "GenerationError",
+    "MissingDependencyError",
     "ReplyDecodingError",
     "RequestCancelledError",
     "ServerConnectionError",
@@ -75,6 +82,14 @@ __all__ = [
 
 class StrandsTitoError(Exception):
     """Root of every strands-tito error (see the module docs for the whole hierarchy)."""
+
+
+class MissingDependencyError(StrandsTitoError, ImportError):
+    """A feature needs a package of an optional extra that is not installed; the message names the extra."""
+
+    def __init__(self, feature: str, package: str, extra: str) -> None:
+        super().__init__(f"{feature} needs the {package} package: pip install 'strands-tito[{extra}]'")
+        self.extra = extra
 
 
 class GenerationError(StrandsTitoError):

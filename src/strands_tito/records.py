@@ -107,6 +107,13 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     RecordField("complete", "bool", "bool", False, "every turn or call arrived and chained up exactly"),
     RecordField("reason", "str | None", "string", None, "why the record is incomplete"),
     RecordField("model_id", "str | None", "string", None, "the model that served it"),
+    # Lineage, one set of fields for every multi-agent shape: the episode (all agents of one task), the sample within
+    # it (0; a later context rewrite of the same agent counts up) and the trajectory whose agent started this one.
+    RecordField("episode_id", "str | None", "string", None, "the episode: every agent of one task shares it"),
+    RecordField("sample_index", "int", "int64", 0, "which sample of its agent in the episode (0: the first)"),
+    RecordField("parent_trajectory_id", "str | None", "string", None, "the trajectory whose agent started it"),
+    RecordField("agent_id", "str | None", "string", None, "the agent's id (gen_ai.agent.id)"),
+    RecordField("agent_name", "str | None", "string", None, "the agent's name (gen_ai.agent.name)"),
     RecordField("reward", "float | None", "float64", None, "the last reward recorded"),
     RecordField("rewards", "list[float]", "list<float64>", [], "every reward, in the order recorded"),
     RecordField("trace_ids", "list[str]", "list<string>", [], "the traces holding its turns, calls and rewards"),
@@ -122,6 +129,10 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     RecordField("segments", "list[list[int]]", "segments", [], "(is_output 0/1, length) runs of loss_mask"),
     RecordField("turns", "list[dict[str, Any]]", "json", [], "per turn: lengths, finish reason, request id, ..."),
     RecordField("image_data", "list[str]", "list<string>", [], "every prompt image in order, as base64 data URLs"),
+    RecordField(
+        "routed_experts", "str | None", "string", None, "MoE routing: base64 .npy (len - 1, layers, top_k), uint8/16"
+    ),
+    RecordField("top_p", "dict[str, list[int]] | None", "json", None, "top-p replay: token_ids and offsets per token"),
 )
 RECORD_KEYS = tuple(f.name for f in RECORD_FIELDS)
 

@@ -26,7 +26,8 @@ class SdistFetchError(StrandsTitoError, RuntimeError):
 
 
 def cached_sdist_folder(requirement: str, folder: str, target: Path, *, subfolders: bool = True) -> Path:
-    """``target``, holding the files under ``folder`` of the sdist ``requirement`` names (e.g. ``"pkg==1.0"``).
+    """``target``, holding the files under ``folder`` of the sdist ``requirement`` names (e.g. ``"pkg==1.0"``;
+    ``folder=""``: the whole sdist).
 
     The first call downloads the sdist (no build, no dependencies) and copies the folder into ``target``; later calls
     return at once. Safe from several processes at once: one downloads while the others wait on a file lock next to
@@ -37,7 +38,7 @@ def cached_sdist_folder(requirement: str, folder: str, target: Path, *, subfolde
     target.parent.mkdir(parents=True, exist_ok=True)
     with _file_lock(target.parent / f".{target.name}.lock"):
         if not target.is_dir():
-            _download(requirement, folder.rstrip("/") + "/", target, subfolders)
+            _download(requirement, folder.strip("/") + "/" if folder.strip("/") else "", target, subfolders)
     return target
 
 

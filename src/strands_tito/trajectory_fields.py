@@ -9,11 +9,9 @@ derive (loss mask, segments, checksums, packed arrays) is recomputed and must ma
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
-import numpy as np
 from pydantic_core import core_schema
 
 from strands_tito.trajectory import FinishReason, Trajectory, TrajectoryError
@@ -48,22 +46,17 @@ class TrajectoryFields(TypedDict, total=False):
 
     Every key is optional when it is read back; ``loss_mask`` and ``segment_info`` are checked against what the
     turns give. A dump without ``turns`` (strands-sglang 0.6's) is replayed segment by segment, each output segment a
-    turn (the routed-expert slices one per turn, the images all in the first). In JSON an infinite logprob is the
-    string ``"Infinity"`` or ``"-Infinity"`` (JSON has no such number).
+    turn (the routed-expert slices one per turn, the images all in the first).
     """
 
     trajectory_id: str
     token_ids: list[int]
     loss_mask: list[int]
-    logprobs: list[float | Literal["Infinity", "-Infinity"] | None]
+    logprobs: list[float | None]
     segment_info: list[tuple[bool, int]]
     routed_experts: list[str]
     image_data: list[str]
     turns: list[TurnFields]
-
-
-_NON_FINITE = {"Infinity": math.inf, "-Infinity": -math.inf}
-_JSON_INFINITY = {True: "Infinity", False: "-Infinity"}
 
 
 def pydantic_schema(cls: type[Trajectory], handler: GetCoreSchemaHandler) -> CoreSchema:
@@ -80,15 +73,12 @@ def _serialize(trajectory: Trajectory, info: core_schema.SerializationInfo) -> T
 
 
 def fields_of(trajectory: Trajectory, *, json: bool = False) -> TrajectoryFields:
-    """``trajectory`` as :class:`TrajectoryFields` (fresh lists); ``json``: infinite logprobs as strings."""
-    logprobs: list[Any] = list(trajectory.logprobs)
-    if json and np.isinf(np.frombuffer(trajectory.packed_logprobs, dtype="<f4")).any():  # rare: then look closer
-        logprobs = [_JSON_INFINITY[v > 0] if v is not None and math.isinf(v) else v for v in logprobs]
+    """``trajectory`` as :class:`TrajectoryFields` (fresh lists); ``json``: ``segment_info`` pairs as lists."""
     return {
         "trajectory_id": trajectory.trajectory_id,
         "token_ids": list(trajectory.token_ids),
         "loss_mask": list(trajectory.loss_mask),
-        "logprobs": logprobs,
+        "logprobs": list(trajectory.logprobs),
         "segment_info": [[*pair] for pair in trajectory.segment_info] if json else trajectory.segment_info,  # type: ignore[misc]
         "routed_experts": trajectory.routed_experts,
         "image_data": list(trajectory.images),
@@ -134,8 +124,6 @@ def _replay(trajectory: Trajectory, fields: Mapping[str, Any]) -> Trajectory:
         trajectory.trajectory_id = fields["trajectory_id"]
     ids = list(fields.get("token_ids", ()))
     logprobs = list(fields.get("logprobs", [None] * len(ids)))
-    if str in set(map(type, logprobs)):
-        logprobs = [_NON_FINITE.get(v, v) if type(v) is str else v for v in logprobs]
     if len(logprobs) != len(ids):
         raise TrajectoryError(f"{len(logprobs)} logprobs for {len(ids)} token ids")
     routed = list(fields.get("routed_experts", ()))

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from strands_tito.errors import MissingDependencyError
 from strands_tito.records import record_from_row
 
 GREEN, DIM, RED, RESET = "\033[32m", "\033[2m", "\033[31m", "\033[0m"
@@ -127,7 +128,10 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     """Records from a JSONL file or a Parquet file/directory written by the collector, as JSONL lines hold them."""
     if path.suffix == ".jsonl" or (path.is_file() and path.suffix != ".parquet"):
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    import pyarrow.parquet as pq
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as e:
+        raise MissingDependencyError("Reading Parquet", "pyarrow", "parquet") from e
 
     return [record_from_row(row) for row in pq.read_table(path).to_pylist()]
 

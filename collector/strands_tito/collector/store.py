@@ -99,7 +99,11 @@ class Batch:
     records: list[dict[str, Any]]
 
 
-class StoreInUse(StrandsTitoError, OSError):
+class StoreError(StrandsTitoError, OSError):
+    """The store cannot be opened or written (``--store`` on a read-only disk, a path through a file, ...)."""
+
+
+class StoreInUse(StoreError):
     """Another collector has this store open."""
 
 
@@ -112,8 +116,21 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._owner = _lock_exclusively(Path(str(self.path) + ".lock"))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._owner = _lock_exclusively(Path(str(self.path) + ".lock"))
+        except StoreInUse:
+            raise
+        except OSError as e:
+            raise StoreError(f"cannot use the store {self.path}: {e} (choose another --store)") from e
+        try:
+            self._open()
+        except sqlite3.Error as e:
+            self._owner.close()
+            raise StoreError(f"cannot write the store {self.path}: {e} (choose another --store)") from e
+        self._lock = threading.Lock()
+
+    def _open(self) -> None:
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         # Spans are blobs of hundreds of KB: large pages keep them off long overflow-page chains (applies to a new
         # database; an existing one keeps its page size).
@@ -124,7 +141,6 @@ class Store:
         self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
         self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         self._db.executescript(SCHEMA)
-        self._lock = threading.Lock()
 
     def close(self) -> None:
         """Close the database and give the store up."""

@@ -35,7 +35,7 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from strands_tito.errors import StrandsTitoError
+from strands_tito.errors import MissingDependencyError, StrandsTitoError
 from strands_tito.records import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID, agl_identity_error
 
 from .base import ExporterConfigError
@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 MARKER = "strands_tito"
 """Key of the marker in each posted event's ``data`` (kept in the raw view, dropped by the triplet view)."""
 NAME = "agentlightning"
+#: The record's lineage fields every posted event's marker carries (several agents of one rollout tell apart there).
+LINEAGE_KEYS = ("episode_id", "sample_index", "parent_trajectory_id", "agent_id", "agent_name")
 
 _JOURNAL = """
 CREATE TABLE IF NOT EXISTS progress (
@@ -72,7 +74,7 @@ def _require_agentlightning() -> Any:
         from agentlightning import schemas
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ExporterConfigError(
-            "the Agent Lightning exporter needs the agentlightning package: pip install 'strands-tito[agentlightning]'"
+            str(MissingDependencyError("the Agent Lightning exporter", "agentlightning", "agentlightning"))
         ) from e
     return schemas
 
@@ -115,7 +117,8 @@ def _calls(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     images = record.get("image_data") or []
     seen = 0
     calls = []
-    for turn in record.get("turns", []):
+    turns = record.get("turns", [])
+    for turn in turns:
         seen += int(turn.get("images") or 0)
         start = turn["prompt_start"] + turn["prompt_length"]
         end = start + turn["output_length"]
@@ -131,6 +134,11 @@ def _calls(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "images": images[:seen],  # every image of the prompt, in order
             }
         )
+    if calls and record.get("routed_experts"):
+        # R3: every turn's prompt extends the one before's prompt + output, so all calls form one chain, and Agent
+        # Lightning keeps routing only on a chain's last event (it deletes it from the one before as each event
+        # arrives), reading it as the whole sequence from position 0: the record's (len - 1, layers, top_k) .npy.
+        calls[-1]["routed_experts"] = record["routed_experts"]
     return calls
 
 
@@ -146,6 +154,7 @@ def _model_request(schemas: Any, tid: str, index: int, call: Mapping[str, Any], 
     }
     if call["cached_tokens"]:
         usage["prompt_tokens_details"] = {"cached_tokens": call["cached_tokens"]}
+
     choice: dict[str, Any] = {
         "index": 0,
         "finish_reason": call["finish_reason"],
@@ -181,6 +190,8 @@ def _model_request(schemas: Any, tid: str, index: int, call: Mapping[str, Any], 
     )
     data: dict[str, Any] = request.model_dump(mode="json", exclude_none=True)
     data["server"] = {"model": name, "version": version}  # what the triplet view reports per call
+    if call.get("routed_experts") is not None:
+        data["routed_experts"] = call["routed_experts"]
     return data
 
 
@@ -209,8 +220,9 @@ def build_events(record: Mapping[str, Any], model: str | None = None) -> list[di
             reward = schemas.RewardData(value=float(value), source="agent")
             bodies.append(("reward", reward.model_dump(mode="json", exclude_none=True)))
     events = []
+    lineage = {key: record.get(key) for key in LINEAGE_KEYS if record.get(key) is not None}
     for index, (event_type, data) in enumerate(bodies):
-        data[MARKER] = {"trajectory_id": tid, "event": index, "events": len(bodies)}
+        data[MARKER] = {"trajectory_id": tid, "event": index, "events": len(bodies), **lineage}
         events.append(schemas.EventCreate(event_type=event_type, data=data).model_dump(mode="json"))
     return events
 

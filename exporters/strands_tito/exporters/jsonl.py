@@ -11,6 +11,8 @@ from typing import Any
 
 from strands_tito.records import jsonl_bytes
 
+from .base import ExporterConfigError
+
 logger = logging.getLogger(__name__)
 
 
@@ -26,8 +28,11 @@ class JsonlExporter:
 
     def __init__(self, path: str | os.PathLike[str], name: str | None = None) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.touch(exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.touch(exist_ok=True)
+        except OSError as e:
+            raise ExporterConfigError(f"cannot write JSONL to {self.path}: {e}") from e
         self.name = name or f"jsonl:{self.path}"
 
     def next_position(self) -> str:

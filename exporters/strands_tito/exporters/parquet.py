@@ -8,7 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from strands_tito.errors import MissingDependencyError
 from strands_tito.records import RECORD_FIELDS, RECORD_KEYS, ParquetType
+
+from .base import ExporterConfigError
 
 COLUMNS = RECORD_KEYS
 """The columns of every part: the record's fields (:data:`strands_tito.records.RECORD_FIELDS`), in that order."""
@@ -41,10 +44,16 @@ class ParquetExporter:
         rows_per_part: int = ROWS_PER_PART,
         linger_seconds: float = LINGER_SECONDS,
     ) -> None:
-        import pyarrow  # noqa: F401  (fail at start-up, not at the first batch, when pyarrow is missing)
+        try:
+            import pyarrow  # noqa: F401  (fail at start-up, not at the first batch, when pyarrow is missing)
+        except ImportError as e:
+            raise ExporterConfigError(str(MissingDependencyError("Parquet output", "pyarrow", "parquet"))) from e
 
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ExporterConfigError(f"cannot write Parquet parts to {self.directory}: {e}") from e
         self.name = name or f"parquet:{self.directory}"
         self.batch_rows = rows_per_part
         self.linger_seconds = linger_seconds

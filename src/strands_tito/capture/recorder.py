@@ -13,6 +13,7 @@ Getting spans *out* of the process is switched on by environment variables, no c
 from __future__ import annotations
 
 import atexit
+import base64
 import functools
 import logging
 import os
@@ -30,12 +31,14 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.capture.endpoint_check import endpoint_unreachable
+from strands_tito.capture.lineage import attach_span_tree, lineage_of
 from strands_tito.errors import StrandsTitoError
 from strands_tito.records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
 from strands_tito.records import AGL_ROLLOUT_ID as AGL_ROLLOUT_ID
 from strands_tito.records import ENV_CAPTURE as ENV_CAPTURE
 from strands_tito.records import agentlightning_identity_of, capture_off, jsonl_bytes
 from strands_tito.span_images import encode_images, max_image_bytes
+from strands_tito.span_lineage import Lineage, lineage_attributes
 from strands_tito.trajectory import Trajectory, Turn
 
 logger = logging.getLogger(__name__)
@@ -67,6 +70,7 @@ _open: dict[str, Trajectory | CallSequence] = {}  # trajectories with turns on s
 # carries them, so the collector's record says exactly what is missing.
 _dropped: dict[str, tuple[int, list[int]]] = {}
 _last_active: Trajectory | CallSequence | None = None
+_lineages: dict[str, Lineage] = {}  # open trajectories' episode, parent and agent, fixed at their first span
 _exit_hook_registered = False
 
 
@@ -129,10 +133,10 @@ def record_turn(
     *,
     model_id: str | None,
     tool_parse_errors: Sequence[dict[str, str]] = (),
-    routed_experts: bytes | None = None,
     image_token_id: int | None = None,
+    agent: AgentState | None = None,
 ) -> None:
-    """Put one recorded turn on the current span (Strands' ``chat`` span inside ``Model.stream``).
+    """Put one recorded turn, its lineage and GenAI ids on the current span (Strands' ``chat`` span in ``stream``).
 
     The turn's images go on the span as ``tito.images``; an image over ``STRANDS_TITO_MAX_IMAGE_BYTES`` goes as its
     hash only (logged here; the assembled trajectory is then incomplete at this turn).
@@ -175,10 +179,12 @@ def record_turn(
         weight_version=turn.weight_version,
         model_id=model_id,
         tool_parse_errors=tool_parse_errors,
-        routed_experts=routed_experts,
+        routed_experts=base64.b64decode(turn.routed_experts) if turn.routed_experts else None,
+        routed_experts_layout=turn.routed_experts_layout,
+        top_p=None if turn.top_p_offsets is None else (turn.top_p_token_ids or (), turn.top_p_offsets),
         images=_turn_images(trajectory, turn, image_token_id),
     )
-    _put_on_span(span, attributes, trajectory)
+    _put_on_span(span, attributes, trajectory, agent)
 
 
 def _turn_images(trajectory: Trajectory, turn: Turn, token_id: int | None) -> bytes | None:
@@ -208,6 +214,7 @@ def record_call(
     finish_reason: str,
     model_id: str | None = None,
     request_id: str | None = None,
+    agent: AgentState | None = None,
 ) -> bool:
     """Put one OpenAI-compatible call on the current span (Strands' ``chat`` span inside ``OpenAIModel.stream``).
 
@@ -229,13 +236,32 @@ def record_call(
         model_id=model_id,
         request_id=request_id,
     )
-    _put_on_span(span, attributes, calls)
+    _put_on_span(span, attributes, calls, agent)
     return True
 
 
-def _put_on_span(span: Any, attributes: dict[str, Any], owner: Trajectory | CallSequence) -> None:
+def _put_on_span(
+    span: Any,
+    attributes: dict[str, Any],
+    owner: Trajectory | CallSequence,
+    agent: AgentState | None = None,
+) -> None:
     """Set a turn's or call's attributes, refusing to let the SDK's count limit evict any, and track its owner."""
-    attributes.update(agentlightning_identity())
+    identity = agentlightning_identity()
+    attributes.update(identity)
+    tid = owner.trajectory_id
+    with _lock:
+        lineage = _lineages.get(tid)
+        if lineage is None:
+            lineage = _lineages[tid] = lineage_of(
+                span,
+                tid,
+                agent_id=agent.agent_id if agent is not None else None,
+                agent_name=agent.agent_name if agent is not None else None,
+                episode_of=_lineages,
+                rollout_id=identity.get(AGL_ROLLOUT_ID),
+            )
+    attributes.update(lineage_attributes(lineage, identity.get(AGL_ROLLOUT_ID) or tid))
     limits = getattr(span, "_limits", None)
     check_span_limits(limits)
     existing = len(getattr(span, "attributes", None) or {})
@@ -263,6 +289,7 @@ def note_dropped(trajectory_id: str, index: int | None) -> None:
 def end_trajectory(trajectory: Trajectory | CallSequence, reason: str) -> None:
     """Emit the end signal of a trajectory whose turns (or calls) went out on spans (once; later calls do nothing)."""
     with _lock:
+        _lineages.pop(trajectory.trajectory_id, None)
         if _open.pop(trajectory.trajectory_id, None) is None:
             return
         dropped, dropped_indices = _dropped.pop(trajectory.trajectory_id, (0, []))
@@ -302,8 +329,16 @@ class AgentState(dict[str, Any]):
     def __init__(self, trajectory: Trajectory | CallSequence) -> None:
         super().__init__()
         self.trajectory = trajectory
+        self.agent_id: str | None = None
+        self.agent_name: str | None = None
+        attach_span_tree()  # before the agent's spans start, so its sub-agents find it
         finalizer = weakref.finalize(self, end_trajectory, trajectory, "released")
         finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
+
+    def note_agent(self, agent: Any) -> None:
+        """Remember the Strands agent's ``agent_id`` and ``name`` (its spans' ``gen_ai.agent.*``), once."""
+        if agent is not None and self.agent_name is None:
+            self.agent_id, self.agent_name = _text(getattr(agent, "agent_id", "")), _text(getattr(agent, "name", ""))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> AgentState:
         return self
@@ -327,7 +362,12 @@ def state_of(agent: Any) -> AgentState | None:
 
 
 def record_reward(
-    value: float, *, agent: Any = None, trajectory: Trajectory | CallSequence | None = None, name: str = "reward"
+    value: float,
+    *,
+    agent: Any = None,
+    trajectory: Trajectory | CallSequence | None = None,
+    name: str = "reward",
+    episode: bool = False,
 ) -> None:
     """Record a reward for a trajectory on its trace (the collector forwards it; the last one counts).
 
@@ -337,6 +377,8 @@ def record_reward(
             turn most recently in this process.
         trajectory: The trajectory itself, instead of ``agent``.
         name: A label for the reward.
+        episode: Reward the whole episode of that trajectory instead: every agent's trajectory in it that is still
+            open (not yet ended) in this process gets the reward.
     """
     if trajectory is None and agent is not None:
         state = state_of(agent)
@@ -344,16 +386,24 @@ def record_reward(
     trajectory = trajectory or _last_active
     if trajectory is None:
         raise ValueError("record_reward: no trajectory to attach the reward to (pass agent= or trajectory=)")
-    attributes: dict[str, Any] = {
-        spans.SCHEMA: spans.SCHEMA_VERSION,
-        spans.KIND: "reward",
-        spans.TRAJECTORY_ID: trajectory.trajectory_id,
-        spans.REWARD_VALUE: float(value),
-        spans.REWARD_NAME: name,
-        **agentlightning_identity(),
-    }
-    # A child of the current span when there is one, so the reward sits on the rollout's trace.
-    _tracer.start_span(spans.SPAN_REWARD, attributes=attributes).end()
+    targets = [trajectory.trajectory_id]
+    if episode:
+        with _lock:
+            lineage = _lineages.get(trajectory.trajectory_id)
+            if lineage is None:
+                raise ValueError("record_reward: the trajectory has no open episode (no turn on a span, or ended)")
+            targets = [tid for tid, other in _lineages.items() if other.episode_id == lineage.episode_id]
+    for tid in targets:
+        attributes: dict[str, Any] = {
+            spans.SCHEMA: spans.SCHEMA_VERSION,
+            spans.KIND: "reward",
+            spans.TRAJECTORY_ID: tid,
+            spans.REWARD_VALUE: float(value),
+            spans.REWARD_NAME: name,
+            **agentlightning_identity(),
+        }
+        # A child of the current span when there is one, so the reward sits on the rollout's trace.
+        _tracer.start_span(spans.SPAN_REWARD, attributes=attributes).end()
 
 
 def shutdown_capture(timeout: float | None = None) -> None:
@@ -461,3 +511,7 @@ def add_processors(provider: TracerProvider, processors: Sequence[SpanProcessor]
         if processor not in attached:
             provider.add_span_processor(processor)
             attached.append(processor)
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

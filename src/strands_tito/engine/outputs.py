@@ -6,12 +6,14 @@ Covers stop handling (``Req.check_finished`` order: length, stop ids, stop strin
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.engine.protocol import (
@@ -38,6 +40,29 @@ class Outcome:
     success: bool = True
 
 
+def top_p_sets_for(token_ids: Sequence[int], generated: int, vocab_size: int) -> tuple[list[int], list[int]]:
+    """The kept token sets of the last ``generated`` tokens of ``token_ids`` (slime's SGLang top-p patch, emulated).
+
+    Each set holds the sampled token first, then 0 to 3 other ids, a pure function of (token id, position):
+    ``(token_ids, offsets)`` flattened, ``generated + 1`` row ends from 0.
+    """
+    ids: list[int] = []
+    offsets = [0]
+    start = len(token_ids) - generated
+    for position in range(start, len(token_ids)):
+        token = token_ids[position]
+        h = (token * 2654435761 + position * 40503) % 10007
+        ids.append(token)
+        ids.extend(o for o in ((token + 1 + h * (k + 1)) % vocab_size for k in range(h % 4)) if o != token)
+        offsets.append(len(ids))
+    return ids, offsets
+
+
+def encode_int32(values: Sequence[int]) -> str:
+    """Base64 of raw little-endian int32 (how SGLang and slime's top-p patch put int arrays in ``meta_info``)."""
+    return base64.b64encode(np.asarray(values, dtype="<i4").tobytes()).decode("ascii")
+
+
 class OutputBuilder:
     """Tokenizer-aware construction of ``/generate`` bodies."""
 
@@ -55,6 +80,19 @@ class OutputBuilder:
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool) -> str:
         """``tokenizer.decode`` as a plain ``str``."""
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
+
+    def _replay_fields(self, meta: dict[str, Any], generate: GenerateRequest, ids: list[int], generated: int) -> None:
+        """A finished reply's routed experts (R3) and top-p sets (slime's SGLang patch), when asked for."""
+        if self.routed_experts is not None and generate.return_routed_experts:
+            num_layers, top_k, num_experts = self.routed_experts
+            array = routed_experts_for(ids, generate.routed_experts_start_len, num_layers, top_k, num_experts)
+            meta["routed_experts"] = encode_routed_experts(array)
+        custom = generate.sampling.raw.get("custom_params")
+        if isinstance(custom, dict) and custom.get("return_top_p_token_ids"):
+            # The kept ids per generated token, flattened, and the row ends (base64 int32, as the patch sends).
+            kept, offsets = top_p_sets_for(ids, generated, self.vocab_size)
+            meta["top_p_token_ids"] = encode_int32(kept)
+            meta["top_p_token_offsets"] = encode_int32(offsets)
 
     def reply_ids(self, reply: Reply) -> list[int]:
         """The token ids a reply emits before any stop handling."""
@@ -185,10 +223,8 @@ class OutputBuilder:
         meta["completion_tokens"] = len(out)
         meta["cached_tokens"] = cached
         meta["cached_tokens_details"] = None
-        if finish is not None and self.routed_experts is not None and generate.return_routed_experts:
-            num_layers, top_k, num_experts = self.routed_experts
-            array = routed_experts_for(prompt + out, generate.routed_experts_start_len, num_layers, top_k, num_experts)
-            meta["routed_experts"] = encode_routed_experts(array)
+        if finish is not None:
+            self._replay_fields(meta, generate, prompt + out, len(out))
         meta["dp_rank"] = 0
         if finish is not None:
             now = time.time()

@@ -57,13 +57,13 @@ class RetryPolicy:
     """Which failed requests the client retries, and for how long.
 
     Retried: every HTTP error status except a context-length 400, :attr:`never_retry_statuses` and a body holding
-    one of :attr:`never_retry_markers`. That includes 500
-    and other 400s, which SGLang and the router in front of it answer while weights are reloaded between training
-    steps (strands-sglang 0.6 retries them too), and 408/429/502/503/504 (overload). Also retried: a connection that
-    broke or timed out mid-request. A server that refuses connections (down, or restarting) is retried only for
-    :attr:`unreachable_timeout` seconds, so a run pointed at the wrong port fails within seconds with a clear
-    :class:`~strands_tito.errors.ServerUnreachableError`; raise it to ride out engine restarts. Never retried: a
-    200 whose body is not JSON, a cancelled request. A generation the server aborted (HTTP 200 with finish reason
+    one of :attr:`never_retry_markers`. That includes 500 and other 400s, which SGLang and the router in front of it
+    answer while weights are reloaded between training steps (strands-sglang 0.6 retries them too), and
+    408/429/502/503/504 (overload). Also retried: a connection that broke or timed out mid-request. A server that
+    refuses connections (down, or restarting) is retried only for :attr:`unreachable_timeout` seconds, so a run
+    pointed at the wrong port fails within seconds with a clear
+    :class:`~strands_tito.errors.ServerUnreachableError`; raise it to ride out engine restarts. Never retried: a 200
+    whose body is not JSON, a cancelled request. A generation the server aborted (HTTP 200 with finish reason
     ``abort``: what requests in flight get when weights are updated with ``abort_all_requests``) is sent again by
     the model provider only with :attr:`retry_aborted`, since an abort can also be a trainer ending a rollout.
 

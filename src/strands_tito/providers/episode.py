@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import itertools
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 from strands.types.content import ContentBlock, Messages
@@ -20,11 +20,13 @@ from strands.types.tools import ToolSpec
 
 from strands_tito.capture.recorder import AgentState, end_trajectory
 from strands_tito.errors import GenerationError
-from strands_tito.providers.prompt import PromptEncoder
+from strands_tito.providers.prompt import PromptEncoder, format_tool_specs
 from strands_tito.trajectory import Trajectory
 
 __all__ = ["EpisodeState", "HistoryConfig", "HistoryRewrittenError", "check_history_config", "next_prompt"]
 
+#: Turns Strands tool specs into the chat template's ``tools`` (the model's :meth:`format_tool_specs`).
+ToolFormatter = Callable[[Sequence[ToolSpec]], list[dict[str, Any]] | None]
 #: Creation order of per-agent states (``rollout_history`` keeps finished samples in that order).
 _STATE_ORDER = itertools.count()
 
@@ -127,6 +129,8 @@ def next_prompt(
     tool_specs: list[ToolSpec] | None,
     system_prompt: str | None,
     images: list[str],
+    *,
+    format_tools: ToolFormatter = format_tool_specs,
 ) -> list[int]:
     """The turn's new prompt tokens (``images`` collects their images' data URLs), after which the engine gets
     ``state.trajectory``'s tokens and them: a continuation of the current sample, or the whole conversation as the
@@ -137,7 +141,7 @@ def next_prompt(
         PromptError: The messages cannot be rendered.
     """
     if not state.trajectory.turns:
-        return prompts.first_prompt(messages, tool_specs, system_prompt, images)
+        return prompts.first_prompt(messages, tool_specs, system_prompt, images, format_tools=format_tools)
     if not state.holds(messages):
         if config.get("on_rewrite", "new_sample") == "raise":
             raise HistoryRewrittenError(
@@ -145,12 +149,12 @@ def next_prompt(
                 f"{len(messages)} now); on_rewrite='new_sample' starts a new sample instead"
             )
         state.close_sample("rewritten")
-        return prompts.first_prompt(messages, tool_specs, system_prompt, images)
+        return prompts.first_prompt(messages, tool_specs, system_prompt, images, format_tools=format_tools)
     cursor = state.cursor
     if config.get("reasoning_retention") == "template" and any(
         m["role"] == "user" and not any("toolResult" in b for b in m["content"]) for m in messages[cursor:]
     ):
-        return _template_turn(state, prompts, messages, tool_specs, system_prompt, images)
+        return _template_turn(state, prompts, messages, tool_specs, system_prompt, images, format_tools)
     # Only templates that number calls themselves (Kimi-K2) need the count; it walks the whole history.
     earlier = (
         sum(1 for m in messages[: cursor - 1] if m["role"] == "assistant" for b in m["content"] if "toolUse" in b)
@@ -169,11 +173,12 @@ def _template_turn(
     tool_specs: list[ToolSpec] | None,
     system_prompt: str | None,
     images: list[str],
+    format_tools: ToolFormatter,
 ) -> list[int]:
     """A new user turn under ``reasoning_retention="template"``: the template's rendering of the whole
     conversation, appended to the sample where it extends it, else the prompt of a new sample."""
     rendered: list[str] = []
-    whole = prompts.first_prompt(messages, tool_specs, system_prompt, rendered)
+    whole = prompts.first_prompt(messages, tool_specs, system_prompt, rendered, format_tools=format_tools)
     held = state.trajectory.token_ids
     if len(whole) > len(held) and whole[: len(held)] == held:
         images.extend(rendered[len(state.trajectory.images) :])

@@ -101,6 +101,9 @@ class Generation:
     routed_experts: str | None
     source: str
     aborted: str | None = None
+    routed_experts_layout: tuple[int, int, int] | None = None
+    top_p: tuple[list[int], list[int]] | None = None
+    """Top-p replay: ``(token_ids, offsets)`` the sampler kept at each output position (when asked for)."""
 
 
 def finite_logprob(value: Any, where: str, error: type[TokenResponseError]) -> float | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import tokenizers
@@ -412,13 +412,16 @@ class PromptEncoder:
         tool_specs: Sequence[ToolSpec] | None,
         system_prompt: str | None,
         images: list[str] | None = None,
+        *,
+        format_tools: Callable[[Sequence[ToolSpec]], list[dict[str, Any]] | None] = format_tool_specs,
     ) -> list[int]:
         """The whole conversation rendered once (system, tools, messages, generation prompt) as token IDs.
 
         With ``images`` given, each image becomes one placeholder token (left for the server to expand) and its data
         URL is appended to ``images`` in prompt order; without it an image raises :class:`PromptError`.
+        ``format_tools`` turns the tool specs into the template's ``tools`` (default :func:`format_tool_specs`).
         """
-        tools = format_tool_specs(tool_specs)
+        tools = format_tools(tool_specs) if tool_specs else None
         if tools and not self.tools_in_template:
             # The template would drop the tools: they reach the model in the system message instead.
             system_prompt = (

@@ -7,21 +7,23 @@ reply.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import json
 import uuid
 from collections.abc import Sequence
 from typing import Any, ClassVar, cast
 
+import numpy as np
 from strands.models.model import BaseModelConfig
 from strands.types.content import Messages
-from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import checks
 from strands_tito.checks import Missing
 from strands_tito.providers.client import SGLangClient, TokenClient
 from strands_tito.providers.generation import InvalidSampleError
-from strands_tito.providers.prompt import format_messages, format_tool_specs
+from strands_tito.providers.prompt import format_messages
 from strands_tito.providers.reply_checks import triple_logprobs
 from strands_tito.providers.token_model import (
     STATE_KEY,
@@ -96,6 +98,10 @@ class SGLangModel(TokenModel):
                 uses special tokens survives in the text.
             return_logprob: Record logprobs (default True).
             return_routed_experts: Record MoE routing per turn (R3; needs ``--enable-return-routed-experts``).
+            routed_experts_layout: ``(num_layers, top_k, num_experts)`` of the served MoE model: routing then travels
+                compact (uint8/uint16) and records and Agent Lightning events carry it as a ``.npy`` of that shape.
+            return_top_p: Record, per generated token, the token ids the top-p sampler kept (slime's top-p replay;
+                sends ``custom_params.return_top_p_token_ids``, which needs slime's SGLang top-p patch).
             enable_thinking: Passed to the chat template; None keeps the template's default.
             first_prompt_logprobs: Record the first prompt's input logprobs too (default False). The first turn is then
                 sent with ``logprob_start_len=0``, as strands-sglang 0.6 does, which stops SGLang from reusing a cached
@@ -109,6 +115,8 @@ class SGLangModel(TokenModel):
         sampling_params: dict[str, Any]
         return_logprob: bool
         return_routed_experts: bool
+        routed_experts_layout: tuple[int, int, int]
+        return_top_p: bool
         enable_thinking: bool | None
         first_prompt_logprobs: bool
 
@@ -157,10 +165,6 @@ class SGLangModel(TokenModel):
         """
         return format_messages(messages, system_prompt)
 
-    def format_tool_specs(self, tool_specs: list[ToolSpec]) -> list[dict[str, Any]]:
-        """Tool specs in the chat template's function form (strands-sglang 0.6's helper; not an extension point)."""
-        return format_tool_specs(tool_specs) or []
-
     async def _check_images_supported(self) -> None:
         # /model_info is asked once (cached on success), before the first request that carries images.
         if not await self.client.is_multimodal():
@@ -189,13 +193,18 @@ class SGLangModel(TokenModel):
             logprob_start = request.recorded - 1
         else:
             logprob_start = 0 if self.config.get("first_prompt_logprobs", False) else -1
+        want_top_p = request.record and bool(self.config.get("return_top_p", False))
+        sampling_params = request.sampling_params
+        if want_top_p:
+            custom = dict(sampling_params.get("custom_params") or {})
+            sampling_params = {**sampling_params, "custom_params": {**custom, "return_top_p_token_ids": True}}
         if not request.record:
             raw = await self.client.generate(input_ids, sampling_params=request.sampling_params, image_data=images)
         else:
             raw = await self.client.generate(
                 input_ids,
                 input_ids_json=request.input_ids_json,
-                sampling_params=request.sampling_params,
+                sampling_params=sampling_params,
                 return_logprob=return_logprob,
                 logprob_start_len=logprob_start,
                 return_routed_experts=return_routed,
@@ -204,9 +213,15 @@ class SGLangModel(TokenModel):
                 cancel_signal=request.cancel_signal,
                 image_data=images,
             )
-        return _parse_reply(
+        reply = _parse_reply(
             raw, input_ids, request.new_prompt, logprob_start, return_logprob, return_routed, expanded=bool(images)
         )
+        layout = self.config.get("routed_experts_layout")
+        if reply.routed_experts is not None and layout is not None:
+            reply = dataclasses.replace(reply, routed_experts_layout=cast(tuple[int, int, int], tuple(layout)))
+        if want_top_p and reply.finish_reason != "abort":
+            reply = dataclasses.replace(reply, top_p=_top_p_sets(raw["meta_info"], len(reply.output_ids)))
+        return reply
 
     def _structured_output_params(self, schema: dict[str, Any]) -> dict[str, Any]:
         return {"json_schema": json.dumps(schema)}
@@ -214,6 +229,45 @@ class SGLangModel(TokenModel):
 
 #: The configuration type (also ``SGLangModel.SGLangConfig``, where strands-sglang 0.6 had it).
 SGLangConfig = SGLangModel.SGLangConfig
+
+
+#: Where slime's SGLang patch puts the top-p sets, and the older names slime also reads (slime/utils/types.py).
+_TOP_P_IDS = ("top_p_token_ids", "top_p_kept_token_ids")
+_TOP_P_OFFSETS = ("top_p_token_offsets", "top_p_kept_token_offsets")
+
+
+def _int32_values(value: Any, where: str) -> list[int]:
+    """Base64 of raw little-endian int32 (the patch's encoding, as SGLang's routing), or a plain list of ints."""
+    if isinstance(value, str):
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except ValueError:
+            raise SGLangResponseError(f"meta_info.{where} is not valid base64") from None
+        if len(raw) % 4:
+            raise SGLangResponseError(f"meta_info.{where} is not whole int32 values")
+        values: list[int] = np.frombuffer(raw, dtype="<i4").tolist()
+        return values
+    if checks.is_token_id_list(value):
+        return value
+    raise SGLangResponseError(f"meta_info.{where} is neither base64 int32 nor a list of ints")
+
+
+def _top_p_sets(meta: dict[str, Any], outputs: int) -> tuple[list[int], list[int]]:
+    """The top-p token sets of a reply: ``(token_ids, offsets)`` with ``outputs + 1`` row ends from 0."""
+    ids_key = next((k for k in _TOP_P_IDS if k in meta), None)
+    offsets_key = next((k for k in _TOP_P_OFFSETS if k in meta), None)
+    if ids_key is None or offsets_key is None:
+        raise SGLangResponseError(
+            "top-p token sets were requested but the reply has none (the server needs slime's SGLang top-p patch)"
+        )
+    ids = _int32_values(meta[ids_key], ids_key)
+    offsets = _int32_values(meta[offsets_key], offsets_key)
+    if len(offsets) != outputs + 1 or offsets[0] != 0 or offsets[-1] != len(ids):
+        raise SGLangResponseError(
+            f"meta_info.{offsets_key} has {len(offsets)} entries ending at {offsets[-1] if offsets else None} for "
+            f"{outputs} generated tokens and {len(ids)} ids (needs {outputs + 1} from 0 to {len(ids)})"
+        )
+    return ids, offsets
 
 
 def _logprob_entries(entries: Any, expected_ids: Sequence[int], where: str, missing: Missing) -> list[float | None]:

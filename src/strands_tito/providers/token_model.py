@@ -16,13 +16,12 @@ both live in :mod:`~strands_tito.providers.generation`, re-exported here).
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import re
 import threading
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, Sequence
 from typing import Any, ClassVar, TypeVar, cast
 
 from pydantic import BaseModel
@@ -60,7 +59,7 @@ from strands_tito.providers.generation import (
     check_token_ids,
     finite_logprob,
 )
-from strands_tito.providers.prompt import PromptEncoder
+from strands_tito.providers.prompt import PromptEncoder, format_tool_specs
 from strands_tito.providers.reasoning import split_harmony, split_reasoning
 from strands_tito.providers.rejected_call import RejectedToolCall
 from strands_tito.providers.tool_parsers import (
@@ -204,6 +203,13 @@ class TokenModel(Model):
         """Return the configuration."""
         return self.config
 
+    def format_tool_specs(self, tool_specs: Sequence[ToolSpec]) -> list[dict[str, Any]] | None:
+        """The tool specs as the chat template's ``tools`` (OpenAI function form); override to change them.
+
+        Used once per trajectory, for its first prompt (strands-sglang 0.6's extension point of the same name).
+        """
+        return format_tool_specs(tool_specs)
+
     # -- trajectory access (single-agent use) ----------------------------------------------------------------------
 
     @property
@@ -300,7 +306,16 @@ class TokenModel(Model):
         system_prompt: str | None,
         images: list[str],
     ) -> list[int]:
-        return next_prompt(state, self._prompts, self.config, messages, tool_specs, system_prompt, images)
+        return next_prompt(
+            state,
+            self._prompts,
+            self.config,
+            messages,
+            tool_specs,
+            system_prompt,
+            images,
+            format_tools=self.format_tool_specs,
+        )
 
     async def _context_limit(self) -> int | None:
         limit = self.config.get("context_window_limit")
@@ -361,7 +376,7 @@ class TokenModel(Model):
         """The calling agent's state (now :attr:`trajectory`); hooks the agent once to cancel malformed calls."""
         state = self._state(model_state)
         self._last_state = state
-        agent = (invocation_state or {}).get("agent")
+        state.note_agent(agent := (invocation_state or {}).get("agent"))
         if agent is not None and agent not in self._hooked_agents:
             agent.add_hook(self._reject_malformed_call, BeforeToolCallEvent)
             self._hooked_agents.add(agent)
@@ -453,6 +468,8 @@ class TokenModel(Model):
                 request_id=reply.request_id,
                 weight_version=reply.weight_version,
                 routed_experts=reply.routed_experts,
+                routed_experts_layout=reply.routed_experts_layout,
+                top_p=reply.top_p,
                 image_data=new_images,
                 image_token_id=self._image_token_id() if request.image_data else None,
             )
@@ -474,7 +491,7 @@ class TokenModel(Model):
             image_token_id=self._image_token_id() if turn.image_data else None,
             model_id=self.config.get("model_id"),
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
-            routed_experts=base64.b64decode(reply.routed_experts) if reply.routed_experts else None,
+            agent=state,
         )
         return calls, reasoning, answer
 

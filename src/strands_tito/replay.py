@@ -1,0 +1,242 @@
+"""What a trainer replays besides the tokens: MoE routing (R3) and the top-p token sets (slime), checked and encoded.
+
+A turn keeps its routing as SGLang gives it (base64 int32 rows, ``Turn.routed_experts``) with the model's layout
+``(num_layers, top_k, num_experts)`` when known, and its top-p sets as ``(token_ids, offsets)`` over its output
+tokens. Here are their checks, the whole-trajectory forms a trainer reads (:func:`routing_npy`, :func:`top_p_rows`)
+and their span attributes. The span attributes are revision 2 of span schema 1 (``docs/span-schema.md``); a reader
+of revision 1 ignores them and loses only what they add.
+
+- ``tito.routed_experts.compact`` (bytes) with ``tito.routed_experts.layout`` (``[num_layers, top_k, num_experts]``):
+  the turn's routing rows, as ``tito.routed_experts`` has them, in the smallest little-endian dtype that holds the
+  expert ids (uint8 up to 256 experts, uint16 up to 65536, else int32): a quarter of the int32 size for most models.
+- ``tito.top_p.token_ids`` and ``tito.top_p.offsets`` (packed int32 bytes, or int arrays in the ``array`` encoding):
+  the ids the sampler kept at each output position, flattened, and ``output_length + 1`` row ends from 0.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from strands_tito.errors import StrandsTitoError
+
+ROUTED_EXPERTS_COMPACT = "tito.routed_experts.compact"
+ROUTED_EXPERTS_LAYOUT = "tito.routed_experts.layout"
+TOP_P_IDS = "tito.top_p.token_ids"
+TOP_P_OFFSETS = "tito.top_p.offsets"
+
+__all__ = [
+    "ReplayDataError",
+    "check_routing_layout",
+    "check_top_p",
+    "decode_compact_routing",
+    "decode_routed_experts",
+    "decode_top_p",
+    "replay_attributes",
+    "routed_experts_dtype",
+    "routing_npy",
+    "top_p_rows",
+]
+
+
+class ReplayDataError(StrandsTitoError, ValueError):
+    """Routing or top-p data that is missing a part, mistyped or inconsistent with its turn."""
+
+
+class _TurnReplay(Protocol):
+    """What these functions read of a ``Turn``."""
+
+    @property
+    def prompt_length(self) -> int: ...
+    @property
+    def routed_experts(self) -> str | None: ...
+    @property
+    def routed_experts_layout(self) -> tuple[int, int, int] | None: ...
+    @property
+    def top_p_token_ids(self) -> tuple[int, ...] | None: ...
+    @property
+    def top_p_offsets(self) -> tuple[int, ...] | None: ...
+
+
+def routed_experts_dtype(num_experts: int) -> str:
+    """The smallest little-endian dtype that holds expert ids below ``num_experts``: uint8, uint16 or int32."""
+    if num_experts <= 2**8:
+        return "u1"
+    if num_experts <= 2**16:
+        return "<u2"
+    return "<i4"
+
+
+def check_routing_layout(
+    raw: bytes, rows: int, layout: tuple[int, int, int], error: type[Exception] = ReplayDataError
+) -> None:
+    """Int32 routing ``raw`` for ``rows`` positions: exactly ``rows x num_layers x top_k`` ids below ``num_experts``
+    (else ``error``)."""
+    num_layers, top_k, num_experts = layout
+    if not (num_layers >= 1 and 1 <= top_k <= num_experts):
+        raise error(f"routed_experts_layout {layout} is not (layers >= 1, 1 <= top_k <= experts)")
+    if len(raw) != 4 * max(rows, 0) * num_layers * top_k:
+        raise error(
+            f"routed_experts has {len(raw)} bytes; {rows} rows of {num_layers}x{top_k} int32 need "
+            f"{4 * max(rows, 0) * num_layers * top_k}"
+        )
+    values = np.frombuffer(raw, dtype="<i4")
+    if values.size and (values.min() < 0 or values.max() >= num_experts):
+        raise error(f"routed_experts holds an expert id outside [0, {num_experts})")
+
+
+def routing_npy(turns: Sequence[_TurnReplay]) -> str | None:
+    """Every turn's routing joined into base64 of a ``.npy`` of shape ``(len - 1, num_layers, top_k)`` in
+    :func:`routed_experts_dtype` (the form vLLM returns and Agent Lightning's trainer reads); None unless every turn
+    has routing of one known layout."""
+    layouts = {t.routed_experts_layout for t in turns}
+    layout = layouts.pop() if len(layouts) == 1 else None
+    if layout is None or any(t.routed_experts is None for t in turns):
+        return None
+    num_layers, top_k, num_experts = layout
+    values = np.frombuffer(b"".join(base64.b64decode(t.routed_experts or "") for t in turns), dtype="<i4")
+    buffer = io.BytesIO()
+    np.save(buffer, values.reshape(-1, num_layers, top_k).astype(routed_experts_dtype(num_experts)))
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def check_top_p(
+    top_p: tuple[Sequence[int], Sequence[int]], outputs: int, error: type[Exception] = ReplayDataError
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A turn's top-p sets, checked (else ``error``): int32 token ids, ``outputs + 1`` offsets rising from 0 to the
+    number of ids."""
+    ids, offsets = (list(part) for part in top_p)
+    if not all(type(v) is int and 0 <= v < 2**31 for v in (*ids, *offsets)):
+        raise error("top_p: token ids and offsets must be non-negative int32 integers")
+    if len(offsets) != outputs + 1:
+        raise error(f"top_p: {len(offsets)} offsets for {outputs} output tokens, not {outputs + 1}")
+    if offsets[0] != 0 or offsets[-1] != len(ids) or any(b < a for a, b in itertools.pairwise(offsets)):
+        raise error("top_p: offsets must rise from 0 to the number of token ids")
+    return tuple(ids), tuple(offsets)
+
+
+def top_p_rows(turns: Sequence[_TurnReplay]) -> tuple[list[int], list[int]] | None:
+    """The top-p sets of a whole trajectory, one row per token (prompt tokens' rows empty): ``(token_ids, offsets)``
+    with one more offset than tokens; None unless every turn recorded its sets."""
+    if not turns or any(t.top_p_offsets is None for t in turns):
+        return None
+    ids: list[int] = []
+    offsets = [0]
+    for turn in turns:
+        offsets.extend([len(ids)] * turn.prompt_length)
+        base = len(ids)
+        ids.extend(turn.top_p_token_ids or ())
+        offsets.extend(base + end for end in (turn.top_p_offsets or (0,))[1:])
+    return ids, offsets
+
+
+def replay_attributes(
+    routed_experts: bytes | None,
+    layout: tuple[int, int, int] | None,
+    top_p: tuple[Sequence[int], Sequence[int]] | None,
+    *,
+    packed: bool,
+) -> dict[str, Any]:
+    """The compact routing (int32 rows ``routed_experts`` of a known ``layout``) and top-p attributes of a turn."""
+    attributes: dict[str, Any] = {}
+    if routed_experts is not None and layout is not None:
+        dtype = routed_experts_dtype(layout[2])
+        attributes[ROUTED_EXPERTS_COMPACT] = np.frombuffer(routed_experts, dtype="<i4").astype(dtype).tobytes()
+        attributes[ROUTED_EXPERTS_LAYOUT] = list(layout)
+    if top_p is not None:
+        ids, offsets = top_p
+        attributes[TOP_P_IDS] = np.asarray(ids, dtype="<i4").tobytes() if packed else list(ids)
+        attributes[TOP_P_OFFSETS] = np.asarray(offsets, dtype="<i4").tobytes() if packed else list(offsets)
+    return attributes
+
+
+def decode_compact_routing(attributes: Mapping[str, Any], rows: int) -> tuple[bytes, tuple[int, int, int]] | None:
+    """The compact routing of a turn routing ``rows`` positions, as int32 rows (what a trajectory keeps) and layout."""
+    if ROUTED_EXPERTS_COMPACT not in attributes:
+        return None
+    raw = attributes[ROUTED_EXPERTS_COMPACT]
+    layout = attributes.get(ROUTED_EXPERTS_LAYOUT)
+    if not isinstance(raw, bytes):
+        raise ReplayDataError(f"{ROUTED_EXPERTS_COMPACT} must be bytes")
+    if not (isinstance(layout, list | tuple) and len(layout) == 3 and all(type(v) is int for v in layout)) or not (
+        1 <= layout[0] <= 4096 and 1 <= layout[1] <= layout[2] <= 2**31 - 1
+    ):
+        raise ReplayDataError(f"{ROUTED_EXPERTS_LAYOUT} must be [num_layers, top_k, num_experts], top_k <= experts")
+    num_layers, top_k, num_experts = layout
+    dtype = np.dtype(routed_experts_dtype(num_experts))
+    expected = max(rows, 0) * num_layers * top_k * dtype.itemsize
+    if len(raw) != expected:
+        raise ReplayDataError(
+            f"{ROUTED_EXPERTS_COMPACT} has {len(raw)} bytes; {rows} rows of {num_layers}x{top_k} {dtype.name} "
+            f"need {expected}"
+        )
+    values = np.frombuffer(raw, dtype=dtype)
+    if values.size and (int(values.min()) < 0 or int(values.max()) >= num_experts):
+        raise ReplayDataError(f"{ROUTED_EXPERTS_COMPACT} holds an expert id outside [0, {num_experts})")
+    return values.astype("<i4").tobytes(), (num_layers, top_k, num_experts)
+
+
+def _int32_array(value: Any, key: str) -> Any:
+    if isinstance(value, bytes) and len(value) % 4 == 0:
+        return np.frombuffer(value, dtype="<i4")
+    if isinstance(value, list | tuple) and all(type(v) is int and 0 <= v < 2**31 for v in value):
+        return np.array(value, dtype=np.int64)
+    raise ReplayDataError(f"{key} must be packed int32 bytes or an array of non-negative ints")
+
+
+def decode_top_p(attributes: Mapping[str, Any], outputs: int) -> tuple[list[int], list[int]] | None:
+    """A turn's top-p sets ``(token_ids, offsets)``: both attributes or neither, ``outputs + 1`` row ends."""
+    if TOP_P_IDS not in attributes and TOP_P_OFFSETS not in attributes:
+        return None
+    if TOP_P_IDS not in attributes or TOP_P_OFFSETS not in attributes:
+        raise ReplayDataError(f"{TOP_P_IDS} and {TOP_P_OFFSETS} go together")
+    ids = _int32_array(attributes[TOP_P_IDS], TOP_P_IDS)
+    offsets = _int32_array(attributes[TOP_P_OFFSETS], TOP_P_OFFSETS)
+    if ids.size and ids.min() < 0:
+        raise ReplayDataError(f"{TOP_P_IDS}: negative token id")
+    if len(offsets) != outputs + 1 or offsets[0] != 0 or offsets[-1] != len(ids) or (np.diff(offsets) < 0).any():
+        raise ReplayDataError(f"{TOP_P_OFFSETS} must be {outputs + 1} non-decreasing row ends from 0 to {len(ids)}")
+    id_list: list[int] = ids.tolist()
+    offset_list: list[int] = offsets.tolist()
+    return id_list, offset_list
+
+
+def decode_routed_experts(
+    routed_experts: str | Sequence[str],
+    seq_len: int | None = None,
+    num_layers: int | None = None,
+    top_k: int | None = None,
+) -> NDArray[np.int32]:
+    """Join base64 little-endian int32 routing into an array of shape ``(seq_len - 1, num_layers, top_k)``.
+
+    Args:
+        routed_experts: One base64 string, or per-turn slices in order (``model.routed_experts``).
+        seq_len: Tokens in the trajectory (routing covers every position but the last); None takes the row count
+            from the data.
+        num_layers: MoE layers.
+        top_k: Experts per token.
+
+    Raises:
+        ValueError: The data do not split into ``num_layers x top_k`` rows, or hold a different number of rows
+            than ``seq_len - 1``.
+    """
+    if num_layers is None or top_k is None:
+        raise TypeError("decode_routed_experts needs num_layers= and top_k=")
+    slices = [routed_experts] if isinstance(routed_experts, str) else list(routed_experts)
+    buffer = b"".join(base64.b64decode(s) for s in slices)
+    row = 4 * num_layers * top_k
+    if len(buffer) % row:
+        raise ValueError(f"{len(buffer)} bytes of routing do not split into rows of {num_layers}x{top_k} int32")
+    rows = len(buffer) // row
+    if seq_len is not None and rows != max(seq_len - 1, 0):
+        raise ValueError(
+            f"routing holds {rows} rows of {num_layers}x{top_k}, but seq_len={seq_len} needs {max(seq_len - 1, 0)} "
+            "(one per position but the last): seq_len, num_layers or top_k does not match the data"
+        )
+    return np.frombuffer(buffer, dtype="<i4").astype(np.int32).reshape(rows, num_layers, top_k)
