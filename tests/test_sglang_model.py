@@ -25,6 +25,7 @@ from strands_tito import (
     SGLangAbortedError,
     SGLangConnectionError,
     SGLangDecodingError,
+    SGLangInvalidSampleError,
     SGLangResponseError,
     ToolLimiter,
     get_tool_parser,
@@ -244,7 +245,8 @@ async def test_abort_is_an_error_not_a_turn(start_engine, qwen3) -> None:  # typ
     [
         ("missing_output_ids", SGLangResponseError),
         ("logprobs_wrong_length", SGLangResponseError),
-        ("nan_logprob", SGLangDecodingError),  # NaN is not JSON; orjson refuses it
+        # SGLang's orjson writes a NaN logprob as null: never recorded as a real one (InvalidSampleError).
+        ("nan_logprob", SGLangInvalidSampleError),
         ("missing_meta_info", SGLangResponseError),
         ("wrong_types", SGLangResponseError),
         ("non_json", SGLangDecodingError),

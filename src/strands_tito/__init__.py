@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         ImagesNotSupportedError,
         SGLangAbortedError,
         SGLangConfig,
+        SGLangInvalidSampleError,
         SGLangModel,
         SGLangResponseError,
     )
@@ -82,6 +83,7 @@ if TYPE_CHECKING:
         VLLMClient,
         VLLMConfig,
         VLLMEndpointError,
+        VLLMInvalidSampleError,
         VLLMModel,
         VLLMResponseError,
     )
@@ -125,6 +127,7 @@ _EXPORTS: dict[str, str] = {
     "SGLangConfig": "providers.sglang",
     "SGLangModel": "providers.sglang",
     "SGLangResponseError": "providers.sglang",
+    "SGLangInvalidSampleError": "providers.sglang",
     "get_client": "providers.slime",
     "get_client_from_slime_args": "providers.slime",
     "get_tokenizer": "providers.slime",
@@ -145,6 +148,7 @@ _EXPORTS: dict[str, str] = {
     "VLLMEndpointError": "providers.vllm",
     "VLLMModel": "providers.vllm",
     "VLLMResponseError": "providers.vllm",
+    "VLLMInvalidSampleError": "providers.vllm",
 }
 
 
@@ -192,6 +196,7 @@ __all__ = [
     "SGLangContextLengthError",
     "SGLangDecodingError",
     "SGLangHTTPError",
+    "SGLangInvalidSampleError",
     "SGLangModel",
     "SGLangResponseError",
     "SGLangThrottledError",
@@ -213,6 +218,7 @@ __all__ = [
     "VLLMClient",
     "VLLMConfig",
     "VLLMEndpointError",
+    "VLLMInvalidSampleError",
     "VLLMModel",
     "VLLMResponseError",
     "decode_routed_experts",

@@ -177,6 +177,7 @@ def record_turn(
         cached_tokens=turn.cached_tokens,
         request_id=turn.request_id,
         weight_version=turn.weight_version,
+        weight_versions=turn.weight_versions,
         model_id=model_id,
         tool_parse_errors=tool_parse_errors,
         routed_experts=base64.b64decode(turn.routed_experts) if turn.routed_experts else None,

@@ -452,8 +452,7 @@ class TokenModel(Model):
         """Append the turn to the trajectory, put it on the current span; return its tool calls, reasoning, answer."""
         if reply.finish_reason == "abort":
             raise self.aborted_error(f"generation aborted by the server: {reply.aborted}")
-        trajectory = state.trajectory
-        text = reply.text
+        trajectory, text = state.trajectory, reply.text
         try:
             turn = trajectory.append_turn(
                 prompt_ids,
@@ -467,6 +466,7 @@ class TokenModel(Model):
                 latency_s=reply.latency_s,
                 request_id=reply.request_id,
                 weight_version=reply.weight_version,
+                weight_versions=reply.weight_versions,
                 routed_experts=reply.routed_experts,
                 routed_experts_layout=reply.routed_experts_layout,
                 top_p=reply.top_p,
