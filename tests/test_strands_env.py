@@ -30,11 +30,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transformers import PreTrainedTokenizerBase
 
 from strands_tito.engine import LocalEngine, Reply, Script
 from strands_tito.sdist import SdistFetchError, cached_sdist_folder
-from strands_tito.tokenizers import default_cache_root, qwen3_cache_path
+from strands_tito.tokenizers import default_cache_root
 from strands_tito.trajectory import Trajectory
 
 from .conftest import assert_matches_engine, generate_records
@@ -80,11 +79,8 @@ def tiktoken_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def strands_env(
-    strands_env_sdist: Path, tiktoken_cache: Path, qwen3: PreTrainedTokenizerBase
-) -> Callable[..., subprocess.CompletedProcess[str]]:
+def strands_env(strands_env_sdist: Path, tiktoken_cache: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run a command in the strands-env folder with ``strands_sglang`` -> strands-tito; returns the finished process."""
-    assert qwen3_cache_path().is_dir()  # the tokenizer folder the engine names as its model path (built by qwen3)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STRANDS_TITO_CAPTURE", "OTEL_"))}
     env.update(
         PYTHONPATH=os.pathsep.join([str(ALIAS), str(strands_env_sdist / "src"), str(strands_env_sdist)]),
@@ -162,8 +158,10 @@ def answer(thinking: str, text: str) -> Reply:
     return Reply(text=f"<think>\n{thinking}\n</think>\n\n{text}")
 
 
-def engine_for(start_engine: Callable[..., LocalEngine], *scripts: Script) -> LocalEngine:
-    return start_engine(*scripts, model_path=str(qwen3_cache_path()), default=None)
+@pytest.fixture
+def engine_for(start_engine: Callable[..., LocalEngine], tokenizer_dir: Path) -> Callable[..., LocalEngine]:
+    """An engine replaying ``scripts``, its model path the offline Qwen3 tokenizer's folder."""
+    return lambda *scripts: start_engine(*scripts, model_path=str(tokenizer_dir), default=None)
 
 
 def assert_each_matches_its_conversation(engine: LocalEngine, trajectories: list[Trajectory]) -> None:
@@ -190,8 +188,8 @@ MATH_DEMO = {
 }
 
 
-def test_math_demo(start_engine: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path) -> None:
-    engine = engine_for(start_engine, *(Script(turns=[reply], match=m) for m, reply in MATH_DEMO.items()))
+def test_math_demo(engine_for: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path) -> None:
+    engine = engine_for(*(Script(turns=[reply], match=m) for m, reply in MATH_DEMO.items()))
     log = tmp_path / "rollouts.jsonl"
     done = strands_env(
         "examples/math_demo.py", "--backend", "sglang", "--base-url", engine.base_url,
@@ -206,10 +204,9 @@ def test_math_demo(start_engine: Callable[..., LocalEngine], strands_env: Any, t
 
 
 def test_integration_tests_of_the_math_env(
-    start_engine: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path
+    engine_for: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path
 ) -> None:
     engine = engine_for(
-        start_engine,
         # The follow-up's first prompt holds the first conversation, so its script comes first.
         Script(turns=[answer("15 * 3.", "$\\boxed{45}$")], match="multiply that result"),
         Script(turns=[answer("Add.", "10 + 5 = $\\boxed{15}$")], match="10 + 5"),
@@ -235,21 +232,21 @@ SIMPLE_MATH = {
 
 
 def test_eval_cli_keeps_rollouts_and_resumes_from_them(
-    start_engine: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path
+    engine_for: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path
 ) -> None:
     output = tmp_path / "eval"
     eval_cli = (
         "-m", "strands_env.eval", "--evaluator", "examples.eval.simple_math.simple_math_evaluator",
         "--env", "examples.eval.simple_math.math_env", "--keep-rollout", "--output", str(output),
     )  # fmt: skip
-    first = engine_for(start_engine, *(Script(turns=[reply], match=m) for m, reply in SIMPLE_MATH.items()))
+    first = engine_for(*(Script(turns=[reply], match=m) for m, reply in SIMPLE_MATH.items()))
     done = strands_env(*eval_cli, "--base-url", first.base_url, "--max-samples", "2")
     assert done.returncode == 0, done.stderr[-4000:]
     saved = (output / "results.jsonl").read_text().splitlines()
     assert len(saved) == 2
 
     # Resume: the two saved samples are read back (their rollouts validated into trajectories), only the third runs.
-    second = engine_for(start_engine, *(Script(turns=[reply], match=m) for m, reply in SIMPLE_MATH.items()))
+    second = engine_for(*(Script(turns=[reply], match=m) for m, reply in SIMPLE_MATH.items()))
     done = strands_env(*eval_cli, "--base-url", second.base_url)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Resumed 2 completed samples" in done.stderr
