@@ -27,6 +27,7 @@ def _address(value: str, option: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+# long: a declaration list, one statement per option
 def _parser() -> argparse.ArgumentParser:
     """The ``strands-tito collect`` options (a declaration list; :func:`parse_args` checks how they combine)."""
     p = argparse.ArgumentParser(prog="strands-tito collect", description="Receive OTLP spans, write trajectories.")
