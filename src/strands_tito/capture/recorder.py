@@ -362,6 +362,12 @@ def state_of(agent: Any) -> AgentState | None:
     return found[0] if found else None
 
 
+def lineage_of_trajectory(trajectory_id: str) -> Lineage | None:
+    """The episode, parent and agent of a trajectory with turns on spans that has not ended yet (else None)."""
+    with _lock:
+        return _lineages.get(trajectory_id)
+
+
 def record_reward(
     value: float,
     *,

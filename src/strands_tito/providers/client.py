@@ -76,8 +76,8 @@ class RetryPolicy:
         backoff_max: Cap on one delay.
         deadline: Overall seconds one request may take, retries and waits included.
         never_retry_statuses: Statuses a retry cannot fix (401 unauthorized, 403 forbidden, 404 wrong URL).
-        never_retry_markers: Body substrings of an error a retry cannot fix (SGLang's request-contract check: an
-            unknown sampling parameter).
+        never_retry_markers: Body substrings of an error a retry cannot fix: SGLang's request-contract check (an
+            unknown sampling parameter) and its sampling-parameter validation ("top_p must be in (0, 1], got 2.").
         unreachable_timeout: Seconds a server that refuses connections is retried before giving up.
         retry_aborted: Send a generation the server aborted again (within :attr:`max_retries`); off, the abort is
             raised (``SGLangAbortedError``) and nothing is recorded.
@@ -88,7 +88,7 @@ class RetryPolicy:
     backoff_max: float = 30.0
     deadline: float = 1800.0
     never_retry_statuses: frozenset[int] = field(default_factory=lambda: frozenset({401, 403, 404}))
-    never_retry_markers: tuple[str, ...] = ("unknown field",)
+    never_retry_markers: tuple[str, ...] = ("unknown field", " must be ")
     unreachable_timeout: float = 2.0
     retry_aborted: bool = False
 

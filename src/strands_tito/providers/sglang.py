@@ -31,6 +31,7 @@ from strands_tito.providers.token_model import (
     STATE_KEY,
     Generation,
     GenerationRequest,
+    HistoryConfig,
     HistoryRewrittenError,
     ImagesNotSupportedError,
     TokenAbortedError,
@@ -93,7 +94,7 @@ class SGLangModel(TokenModel):
         **config: :class:`SGLangConfig` keys.
     """
 
-    class SGLangConfig(BaseModelConfig, total=False):
+    class SGLangConfig(BaseModelConfig, HistoryConfig, total=False):
         """Configuration of :class:`SGLangModel`.
 
         Attributes:

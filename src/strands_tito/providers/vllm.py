@@ -40,6 +40,7 @@ from strands_tito.providers.reply_checks import finite_logprobs, keyed_logprobs
 from strands_tito.providers.token_model import (
     Generation,
     GenerationRequest,
+    HistoryConfig,
     ImagesNotSupportedError,
     TokenAbortedError,
     TokenModel,
@@ -99,7 +100,7 @@ class VLLMEndpointError(ServerHTTPError):
     """The server refuses or lacks the endpoint the configuration needs; the message names the vLLM flag to add."""
 
 
-class VLLMConfig(BaseModelConfig, total=False):
+class VLLMConfig(BaseModelConfig, HistoryConfig, total=False):
     """Configuration of :class:`VLLMModel`.
 
     Attributes:
