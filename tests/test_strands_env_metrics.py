@@ -51,13 +51,12 @@ asyncio.run(main())
 """
 
 
-def test_a_malformed_call_is_counted_under_its_tool(
-    start_engine: Callable[..., LocalEngine], request: pytest.FixtureRequest
-) -> None:
+def test_a_malformed_call_is_counted_under_its_tool(request: pytest.FixtureRequest) -> None:
     run_in_strands_env = request.getfixturevalue("strands_env")
+    start: Callable[..., LocalEngine] = request.getfixturevalue("engine_for")
     broken = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 +"\n</tool_call>'
     good = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "1 + 1"}}\n</tool_call>'
-    engine = engine_for(start_engine, Script(turns=[Reply(text=broken), Reply(text=good), Reply(text="2")]))
+    engine = start(Script(turns=[Reply(text=broken), Reply(text=good), Reply(text="2")]))
     done = run_in_strands_env("-c", ROLLOUT, engine.base_url)
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])

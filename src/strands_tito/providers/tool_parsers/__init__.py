@@ -68,7 +68,8 @@ def register_tool_parser[P: type[ToolParser]](name: str) -> Callable[[P], P]:
     """Class decorator: make a parser available as ``get_tool_parser(name)`` and ``SGLangModel(tool_parser=name)``."""
 
     def register(parser: P) -> P:
-        parser.name = name
+        if "name" not in vars(parser):  # a new class takes the name; a parser registered again keeps its own
+            parser.name = name
         TOOL_PARSERS[name] = parser
         return parser
 
