@@ -273,7 +273,11 @@ HTTP_CASES: dict[str, tuple[bytes, dict[str, str], int]] = {
     ),
 }
 
-REQUEST_LINE = b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+# With the token: the token is checked on the head, before the body is read, so without it these would be 401s.
+REQUEST_LINE = (
+    b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+    + f"Authorization: Bearer {TOKEN}\r\n".encode()
+)
 RAW_HTTP_CASES: dict[str, tuple[bytes, int]] = {
     "Content-Length with superscript digit": (REQUEST_LINE + "Content-Length: ²\r\n\r\n".encode(), 400),
     "Content-Length with Arabic-Indic digits": (REQUEST_LINE + "Content-Length: ١٢\r\n\r\n".encode(), 400),
@@ -285,4 +289,19 @@ RAW_HTTP_CASES: dict[str, tuple[bytes, int]] = {
     "header line without colon": (REQUEST_LINE + b"oops\r\n\r\n", 400),
     "request head too large": (REQUEST_LINE + b"X-Big: " + b"a" * 200_000 + b"\r\n\r\n", 431),
     "body shorter than Content-Length then close": (REQUEST_LINE + b"Content-Length: 100\r\n\r\nabc", 400),
+    # RFC 9112 section 6 framing, case by case (request smuggling behind a proxy that frames differently)
+    "Content-Length and Transfer-Encoding": (
+        REQUEST_LINE + b"Content-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        400,
+    ),
+    "two different Content-Lengths": (REQUEST_LINE + b"Content-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400),
+    "Transfer-Encoding xchunked": (REQUEST_LINE + b"Transfer-Encoding: xchunked\r\n\r\n0\r\n\r\n", 501),
+    "chunked not the last coding": (REQUEST_LINE + b"Transfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n", 501),
+    "Content-Length with a sign": (REQUEST_LINE + b"Content-Length: +3\r\n\r\nabc", 400),
+    "HTTP/1.1 without Host": (b"POST /v1/traces HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 400),
+    "wrong token, body never read": (
+        b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer no\r\n"
+        + f"Content-Length: {MAX_BODY}\r\n\r\n".encode(),
+        401,
+    ),
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +25,15 @@ from strands_tito.trajectory import Trajectory
 def qwen3() -> PreTrainedTokenizerBase:
     """The real Qwen3 vocabulary with the project's Qwen3-style chat template (cached between runs)."""
     return build_qwen3_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(qwen3: PreTrainedTokenizerBase, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A local model folder holding the offline Qwen3 tokenizer: what ``AutoTokenizer.from_pretrained`` reads when an
+    engine reports it as its model path (as a real SGLang server started with a local ``--model-path`` does)."""
+    path = tmp_path_factory.mktemp("Qwen3-offline")
+    qwen3.save_pretrained(str(path))
+    return path
 
 
 @pytest.fixture(scope="session")

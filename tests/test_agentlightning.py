@@ -32,6 +32,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import grpc
 import httpx
@@ -461,6 +462,15 @@ def test_events_are_agent_lightning_shapes() -> None:
     assert first.status == "ok" and first.http_status == 200 and first.model == "Qwen/Qwen3-8B"
     assert events[0]["data"]["server"] == {"model": "Qwen/Qwen3-8B", "version": None}
     assert RewardData.model_validate(events[3]["data"]).value == 1.0
+    # Lineage travels on every event's marker (the triplet view drops it; the raw view keeps it).
+    lineage = {"episode_id": "rollout-7", "sample_index": 0, "parent_trajectory_id": "abc", "agent_name": "solver"}
+    for event in build_events({**record, **lineage}):
+        assert event["data"][MARKER] == {
+            "trajectory_id": trajectory.trajectory_id,
+            "event": ANY,
+            "events": 4,
+            **lineage,
+        }
     # An incomplete trajectory is not training data: one diagnostic event instead.
     [event] = build_events({**record, "complete": False, "reason": "turn 1 is missing"})
     assert event["event_type"] == "strands_tito.incomplete"

@@ -233,6 +233,7 @@ async def test_missing_duplicated_and_reordered_spans_are_detected(start_engine,
     forged = dict(turns[1][0])
     forged[spans.OUTPUT_IDS] = spans.encode_ids([1, 2, 3], "packed")
     forged[spans.OUTPUT_LOGPROBS] = spans.encode_logprobs([None] * 3, "packed")
+    forged.pop(spans.WEIGHT_VERSIONS)  # its runs cover the real output, not the forged one
     record = assemble([*turns, (forged, 0, ""), *end], wanted)[original.trajectory_id]
     assert not record.complete and "different contents" in (record.reason or "")
 

@@ -117,7 +117,7 @@ def test_stalled_head_and_body_get_408(tmp_path: Path) -> None:
     try:
         for data in (
             b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n",
-            b"POST /v1/traces HTTP/1.1\r\nContent-Length: 50\r\n\r\nab",
+            b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\nab",
         ):
             with socket.create_connection(("127.0.0.1", port)) as s:
                 s.settimeout(10)

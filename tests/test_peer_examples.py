@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transformers import PreTrainedTokenizerBase
 
 import strands_tito
 from strands_tito.engine import LocalEngine, Reply, Script
@@ -62,14 +61,6 @@ def peer_examples() -> Path:
         return cached_sdist_folder(f"{PEER}=={PEER_VERSION}", "examples", target)
     except SdistFetchError as e:
         pytest.fail(str(e))
-
-
-@pytest.fixture(scope="session")
-def tokenizer_dir(qwen3: PreTrainedTokenizerBase, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A local model folder holding the offline Qwen3 tokenizer (what ``from_pretrained`` reads)."""
-    path = tmp_path_factory.mktemp("Qwen3-offline")
-    qwen3.save_pretrained(str(path))
-    return path
 
 
 def test_the_sdist_holds_the_examples_we_run(peer_examples: Path) -> None:

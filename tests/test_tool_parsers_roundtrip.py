@@ -13,10 +13,14 @@ Constraints, and why:
   writes scalars with Jinja's ``string`` filter, so a top-level ``None`` becomes ``None`` there, which no JSON schema
   type reads back; qwen_xml gets no top-level nulls.
 * gpt-oss and Llama 3 templates render one call per message.
+* Seed-OSS writes a non-string value with Jinja's ``string`` filter (Python's spelling), so it gets scalars only
+  (strings, integers, floats, booleans): a list, a dict or None is not representable in its format.
+* DeepSeek-V3.1's original takes the arguments as JSON text; the others take a mapping.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +31,8 @@ from hypothesis import strategies as st
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.providers.tool_parsers import get_tool_parser
+
+from .templates import reference_template
 
 THINK = ("<think>", "</think>")
 
@@ -40,6 +46,9 @@ class Family:
     xml: bool = False
     single_call: bool = False
     model_ids: Callable[[list[str]], list[str]] | None = None
+    scalars_only: bool = False
+    json_text: bool = False
+    eos_token: str | None = None  # the family's, where its template writes the tokenizer's (Mistral)
 
 
 HERMES = ("<tool_call>", "</tool_call>", "<|im_end|>", "<|endoftext|>", *THINK)
@@ -87,6 +96,28 @@ MINIMAX = (
     *THINK,
 )
 
+DSML = (
+    "｜DSML｜",
+    "function_calls>",
+    "tool_calls>",
+    "invoke name=",
+    "</｜DSML｜",
+    "<｜end▁of▁sentence｜>",
+    *THINK,
+)
+MISTRAL = ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "</s>", "[THINK]", "[/THINK]", "[TOOL_RESULTS]")
+SEED = (
+    "<seed:tool_call>",
+    "</seed:tool_call>",
+    "<function=",
+    "</function>",
+    "<parameter=",
+    "</parameter>",
+    "<seed:eos>",
+    "<seed:think>",
+    "</seed:think>",
+)
+
 FAMILIES = [
     Family("Qwen-Qwen3-0.6B", "hermes", "<|im_start|>assistant\n", HERMES),
     Family("Qwen-QwQ-32B", "hermes", "<|im_start|>assistant\n", HERMES),
@@ -121,7 +152,28 @@ FAMILIES = [
         single_call=True,
     ),
     Family("MiniMax-M2", "minimax_m2", "]~b]ai\n", MINIMAX, xml=True),
+    Family("deepseek-ai-DeepSeek-V3.2", "deepseek_v32", "<｜Assistant｜>", DSML, xml=True),
+    Family("deepseek-ai-DeepSeek-V4", "deepseek_v4", "<｜Assistant｜>", DSML, xml=True),
+    Family("unsloth-mistral-Devstral-Small-2507", "mistral", "[/INST]", MISTRAL, eos_token="</s>"),
+    Family("mistralai-Ministral-3-14B-Reasoning-2512", "mistral", "[/INST]", MISTRAL, eos_token="</s>"),
+    # Mistral-Small-3.2 writes each call's id ([CALL_ID]) and renders it back in the result: the model's ids are kept.
+    Family(
+        "Mistral-Small-3.2-24B-Instruct-2506",
+        "mistral",
+        "[/INST]",
+        MISTRAL,
+        model_ids=lambda names: [call_id(i) for i in range(len(names))],
+        eos_token="</s>",
+    ),
+    Family("ByteDance-Seed-OSS", "seed_oss", "<seed:bos>assistant", SEED, xml=True, scalars_only=True),
+    Family("deepseek-v3.1-original", "deepseek_v31", "<｜Assistant｜>", DEEPSEEK, json_text=True),
 ]
+
+
+def call_id(index: int) -> str:
+    """Nine letters or digits: Mistral's templates refuse other ids."""
+    return f"c{index:08d}"
+
 
 # Markup-like pieces strings are built from (with ordinary and non-ASCII text), so values look like the formats.
 FRAGMENTS = sorted(
@@ -175,8 +227,11 @@ def strings(reserved: tuple[str, ...]) -> st.SearchStrategy[str]:
     return st.lists(pieces, max_size=6).map("".join).filter(lambda s: not any(r in s for r in reserved))
 
 
-def json_values(reserved: tuple[str, ...]) -> st.SearchStrategy[Any]:
+def json_values(reserved: tuple[str, ...], scalars_only: bool = False) -> st.SearchStrategy[Any]:
     text = strings(reserved)
+    if scalars_only:
+        # No edged strings either: values are not at a line's edges in these formats, but keep them simple.
+        return st.one_of(st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), text)
     # Whitespace at a value's edges is data: the XML formats' own newlines around a value must not eat it.
     edged = text.map(lambda s: f"\n {s}\n")
     scalars = st.one_of(
@@ -206,7 +261,7 @@ XML_KEYS = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True)
 def tool_calls(draw: st.DrawFn, family: Family) -> list[tuple[str, dict[str, Any]]]:
     count = 1 if family.single_call else draw(st.integers(1, 3))
     names = draw(st.lists(NAMES, min_size=count, max_size=count, unique=True))
-    values = json_values(family.reserved)
+    values = json_values(family.reserved, family.scalars_only)
     if family.xml and family.parser == "qwen_xml":
         values = values.filter(lambda v: v is not None)
     keys = XML_KEYS if family.xml else strings(family.reserved)
@@ -222,17 +277,25 @@ def tagged(value: Any) -> Any:
     return (type(value).__name__, value)
 
 
-def render(tokenizer: PreTrainedTokenizerBase, template: str, calls: list[tuple[str, dict[str, Any]]]) -> str:
+def render(
+    tokenizer: PreTrainedTokenizerBase, template: str, calls: list[tuple[str, dict[str, Any]]], family: Family
+) -> str:
+    parameters = {"type": "object", "properties": {}}
     tools = [
-        {"type": "function", "function": {"name": n, "description": "t", "parameters": {"type": "object"}}}
-        for n, _ in calls
+        {"type": "function", "function": {"name": n, "description": "t", "parameters": parameters}} for n, _ in calls
     ]
     structured = [
-        {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}} for i, (n, a) in enumerate(calls)
+        {
+            "id": call_id(i),
+            "type": "function",
+            "function": {"name": n, "arguments": json.dumps(a) if family.json_text else a},
+        }
+        for i, (n, a) in enumerate(calls)
     ]
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": structured}]
+    special = {"eos_token": family.eos_token} if family.eos_token else {}
     rendered = tokenizer.apply_chat_template(
-        messages, tools=tools, chat_template=template, tokenize=False, add_generation_prompt=False
+        messages, tools=tools, chat_template=template, tokenize=False, add_generation_prompt=False, **special
     )
     assert isinstance(rendered, str)
     return rendered
@@ -251,13 +314,13 @@ def specs_for(calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
 def test_real_template_round_trip(
     family: Family, qwen3: PreTrainedTokenizerBase, real_template: Callable[[str], str]
 ) -> None:
-    template = real_template(family.template)
+    template = reference_template("deepseek-v3.1") if family.json_text else real_template(family.template)
     parser = get_tool_parser(family.parser)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
     @given(calls=tool_calls(family))
     def round_trip(calls: list[tuple[str, dict[str, Any]]]) -> None:
-        rendered = render(qwen3, template, calls)
+        rendered = render(qwen3, template, calls, family)
         generated = rendered[rendered.rindex(family.header) + len(family.header) :]
         parsed = parser.parse(generated, specs_for(calls))
         assert [c.error for c in parsed] == [None] * len(calls), generated

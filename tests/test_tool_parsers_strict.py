@@ -42,6 +42,15 @@ M_OK = (
     '<minimax:tool_call>\n<invoke name="calc">\n<parameter name="expr">1</parameter>\n</invoke>\n</minimax:tool_call>'
 )
 
+DSML = "｜DSML｜"
+V32_OK = (
+    f'<{DSML}function_calls>\n<{DSML}invoke name="calc">\n<{DSML}parameter name="expr" string="true">1'
+    f"</{DSML}parameter>\n</{DSML}invoke>\n</{DSML}function_calls>"
+)
+V4_OK = V32_OK.replace("function_calls>", "tool_calls>")
+MI_OK = '[TOOL_CALLS]calc[ARGS]{"expr": "1"}'
+S_OK = "<seed:tool_call>\n<function=calc>\n<parameter=expr>1</parameter>\n</function>\n</seed:tool_call>"
+
 ROWS: list[tuple[str, str, list[str | None]]] = [
     # -- hermes ---------------------------------------------------------------------------------------------------
     ("hermes", H_OK, [None]),
@@ -186,6 +195,78 @@ ROWS: list[tuple[str, str, list[str | None]]] = [
     ("minimax_m2", M_OK.removeprefix("<minimax:tool_call>").removesuffix("</minimax:tool_call>"), ["outside"]),
     ("minimax_m2", M_OK + "[e~[" + M_OK, [None, "after the end-of-turn token '[e~['"]),
     ("minimax_m2", "drafting " + M_OK + "\n</think>\n\nDone.", []),
+    # -- deepseek_v32 ---------------------------------------------------------------------------------------------
+    ("deepseek_v32", V32_OK, [None]),
+    ("deepseek_v32", "\n\n" + V32_OK + "\n" + V32_OK, [None, None]),
+    (
+        "deepseek_v32",
+        V32_OK.replace(f'string="true">1</{DSML}parameter>', f'string="false">[1</{DSML}parameter>'),
+        ["is not valid JSON"],
+    ),
+    ("deepseek_v32", V32_OK.replace('string="true">1', 'string="yes">1'), ['expected "true" or "false"']),
+    (
+        "deepseek_v32",
+        V32_OK.replace(f"1</{DSML}parameter>", f'1<{DSML}parameter name="n" string="false">2</{DSML}parameter>'),
+        ["'expr' is not closed"],
+    ),
+    (
+        "deepseek_v32",
+        V32_OK.replace(
+            f"</{DSML}invoke>", f'<{DSML}parameter name="expr" string="true">2</{DSML}parameter></{DSML}invoke>'
+        ),
+        ["given twice"],
+    ),
+    ("deepseek_v32", V32_OK.replace(' name="calc"', ""), ['name="NAME"']),
+    ("deepseek_v32", V32_OK.replace("calc", "nope"), ["unknown tool 'nope'"]),
+    ("deepseek_v32", V32_OK.replace(f"</{DSML}invoke>", f"junk</{DSML}invoke>"), ["unexpected text in the call"]),
+    ("deepseek_v32", V32_OK[:-30], ["is not closed"]),
+    ("deepseek_v32", V32_OK.split("\n", 1)[1], ["outside"]),
+    ("deepseek_v32", V32_OK + "<｜end▁of▁sentence｜>" + V32_OK, [None, "after the end-of-turn"]),
+    ("deepseek_v32", "<think>" + V32_OK, []),
+    ("deepseek_v32", V4_OK, ["outside"]),  # V4's section is not V3.2's
+    # -- deepseek_v4 ----------------------------------------------------------------------------------------------
+    ("deepseek_v4", V4_OK, [None]),
+    ("deepseek_v4", V4_OK.replace('string="true">1', 'string="false">"1"'), [None]),
+    ("deepseek_v4", V4_OK.replace('string="true">1', 'string="false">NaN'), ["is not valid JSON"]),
+    ("deepseek_v4", V32_OK, ["outside"]),
+    ("deepseek_v4", "thinking " + V4_OK + "</think>Done.", []),
+    # -- mistral --------------------------------------------------------------------------------------------------
+    ("mistral", MI_OK, [None]),
+    ("mistral", "Let me compute." + MI_OK + MI_OK, [None, None]),
+    ("mistral", "[TOOL_CALLS]calc[CALL_ID]a1B2c3D4e[ARGS]{}", [None]),
+    ("mistral", "[TOOL_CALLS]calc[CALL_ID]short[ARGS]{}", ["not nine letters or digits"]),
+    (
+        "mistral",
+        "[TOOL_CALLS]calc[CALL_ID]a1B2c3D4e[ARGS]{}[TOOL_CALLS]calc[CALL_ID]a1B2c3D4e[ARGS]{}",
+        [None, "used twice"],
+    ),
+    ("mistral", "[TOOL_CALLS]calc{}", ["exactly one [ARGS]"]),
+    ("mistral", "[TOOL_CALLS]calc[ARGS]{}[ARGS]{}", ["exactly one [ARGS]"]),
+    ("mistral", "[TOOL_CALLS]my calc[ARGS]{}", ["whitespace"]),
+    ("mistral", "[TOOL_CALLS][ARGS]{}", ["is empty"]),
+    ("mistral", '[TOOL_CALLS]calc[ARGS]{"expr": "1"', ["not valid JSON"]),
+    ("mistral", '[TOOL_CALLS]calc[ARGS]{"expr": "1"} and more', ["not valid JSON"]),
+    ("mistral", "[TOOL_CALLS]calc[ARGS][1]", ["must be a JSON object"]),
+    ("mistral", '[TOOL_CALLS]calc[ARGS]{"n": 1, "n": 2}', ["duplicate key"]),
+    ("mistral", "[TOOL_CALLS]nope[ARGS]{}", ["unknown tool 'nope'"]),
+    ("mistral", '[TOOL_CALLS]strict[ARGS]{"b": 1}', ["unknown parameters"]),
+    ("mistral", 'calc[ARGS]{"expr": "1"}', ["[ARGS] outside a [TOOL_CALLS] call"]),
+    ("mistral", MI_OK + "</s>" + MI_OK, [None, "after the end-of-turn token '</s>'"]),
+    ("mistral", "[THINK]maybe " + MI_OK + "[/THINK]The answer is 1.", []),
+    ("mistral", "[THINK]maybe " + MI_OK, []),
+    # -- seed_oss -------------------------------------------------------------------------------------------------
+    ("seed_oss", S_OK, [None]),
+    ("seed_oss", S_OK.replace("1</parameter>", "1\n<parameter=n>2</parameter>"), ["<parameter=expr> is not closed"]),
+    ("seed_oss", S_OK.replace("</function>", "<parameter=expr>2</parameter>\n</function>"), ["given twice"]),
+    ("seed_oss", S_OK.replace("calc", "nope"), ["unknown tool 'nope'"]),
+    ("seed_oss", "<seed:tool_call>\ncalc\n</seed:tool_call>", ["<function=NAME>"]),
+    ("seed_oss", S_OK.replace("\n</function>", ""), ["</function>"]),
+    ("seed_oss", S_OK.replace("</function>", "junk\n</function>"), ["unexpected text"]),
+    ("seed_oss", S_OK[:-25], ["is not closed"]),
+    ("seed_oss", S_OK + "<seed:eos>" + S_OK, [None, "after the end-of-turn token '<seed:eos>'"]),
+    ("seed_oss", "<seed:think>maybe " + S_OK + "</seed:think>Done.", []),
+    ("seed_oss", "<seed:think>maybe " + S_OK, []),
+    ("seed_oss", Q_OK, []),  # Qwen's tags are not Seed's
 ]
 
 

@@ -49,6 +49,7 @@ from strands_tito import (
     VLLMAbortedError,
     VLLMClient,
     VLLMEndpointError,
+    VLLMInvalidSampleError,
     VLLMModel,
     VLLMResponseError,
     spans,
@@ -233,7 +234,8 @@ async def test_unknown_model_name_says_which_flag(start_engine, qwen3) -> None: 
     [
         ("missing_output_ids", VLLMResponseError, "token_ids|predates return_token_ids"),
         ("logprobs_wrong_length", VLLMResponseError, "expected"),
-        ("nan_logprob", SGLangDecodingError, "not JSON"),  # NaN is not JSON; orjson refuses it
+        # vLLM's -9999.0 floor for a missing logprob: never recorded as a real one (InvalidSampleError).
+        ("nan_logprob", VLLMInvalidSampleError, "-9999.0"),
         ("missing_meta_info", VLLMResponseError, "no single choice"),
         ("wrong_types", VLLMResponseError, "not a list of token ids"),
         ("non_json", SGLangDecodingError, "not JSON"),

@@ -66,10 +66,17 @@ if TYPE_CHECKING:
         ImagesNotSupportedError,
         SGLangAbortedError,
         SGLangConfig,
+        SGLangInvalidSampleError,
         SGLangModel,
         SGLangResponseError,
     )
-    from strands_tito.providers.slime import get_client, get_client_from_slime_args, get_tokenizer
+    from strands_tito.providers.slime import (
+        fill_sample,
+        get_client,
+        get_client_from_slime_args,
+        get_tokenizer,
+        samples_for_agents,
+    )
     from strands_tito.providers.tool_parsers import (
         HermesToolParser,
         QwenXMLToolParser,
@@ -82,6 +89,7 @@ if TYPE_CHECKING:
         VLLMClient,
         VLLMConfig,
         VLLMEndpointError,
+        VLLMInvalidSampleError,
         VLLMModel,
         VLLMResponseError,
     )
@@ -125,9 +133,12 @@ _EXPORTS: dict[str, str] = {
     "SGLangConfig": "providers.sglang",
     "SGLangModel": "providers.sglang",
     "SGLangResponseError": "providers.sglang",
+    "SGLangInvalidSampleError": "providers.sglang",
     "get_client": "providers.slime",
     "get_client_from_slime_args": "providers.slime",
     "get_tokenizer": "providers.slime",
+    "fill_sample": "providers.slime",
+    "samples_for_agents": "providers.slime",
     "HermesToolParser": "providers.tool_parsers",
     "QwenXMLToolParser": "providers.tool_parsers",
     "ToolCall": "providers.tool_parsers",
@@ -145,6 +156,7 @@ _EXPORTS: dict[str, str] = {
     "VLLMEndpointError": "providers.vllm",
     "VLLMModel": "providers.vllm",
     "VLLMResponseError": "providers.vllm",
+    "VLLMInvalidSampleError": "providers.vllm",
 }
 
 
@@ -192,6 +204,7 @@ __all__ = [
     "SGLangContextLengthError",
     "SGLangDecodingError",
     "SGLangHTTPError",
+    "SGLangInvalidSampleError",
     "SGLangModel",
     "SGLangResponseError",
     "SGLangThrottledError",
@@ -213,12 +226,15 @@ __all__ = [
     "VLLMClient",
     "VLLMConfig",
     "VLLMEndpointError",
+    "VLLMInvalidSampleError",
     "VLLMModel",
     "VLLMResponseError",
     "decode_routed_experts",
+    "fill_sample",
     "get_client",
     "get_client_from_slime_args",
     "get_tokenizer",
     "get_tool_parser",
     "record_reward",
+    "samples_for_agents",
 ]

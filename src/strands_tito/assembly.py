@@ -378,6 +378,7 @@ def chain_turn(trajectory: Trajectory, index: int, turn: TurnSpan) -> str | None
             cached_tokens=turn.cached_tokens,
             request_id=turn.request_id,
             weight_version=turn.weight_version,
+            weight_versions=turn.weight_versions,
             routed_experts=base64.b64encode(turn.routed_experts).decode() if turn.routed_experts else None,
             routed_experts_layout=turn.routed_experts_layout,
             top_p=turn.top_p,

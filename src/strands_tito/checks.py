@@ -315,7 +315,8 @@ def weight_version_spans(
             raise error(f"{where}[{i}]: expected {{version, start, end}}, got {item!r:.100}")
         if version is None or isinstance(version, bool | dict | list):
             raise error(f"{where}[{i}]: version {version!r:.100} is not a string")
-        if type(start) is not int or type(end) is not int or start != position or end <= start:
+        empty_reply = output_length == 0 and start == end == 0 and len(value) == 1  # SGLang's span of no tokens
+        if type(start) is not int or type(end) is not int or start != position or (end <= start and not empty_reply):
             raise error(f"{where}[{i}]: span [{start!r}, {end!r}) does not continue the spans at {position}")
         spans.append(WeightVersionSpan(str(version), start, end))
         position = end

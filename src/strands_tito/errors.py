@@ -31,7 +31,7 @@ for SGLang and vLLM alike)::
     │   ├── TokenAbortedError (generation)             the server aborted the generation
     │   │   ├── SGLangAbortedError (sglang)
     │   │   └── VLLMAbortedError (vllm)
-    │   ├── HistoryRewrittenError (token_model)        the agent's history is no longer append-only
+    │   ├── HistoryRewrittenError (episode)            the history was rewritten and on_rewrite is "raise"
     │   └── ImagesNotSupportedError (token_model)      images for a provider or model that cannot take them
     ├── MissingDependencyError, also ImportError     an optional extra is not installed (names the extra)
     ├── HTTPTransportError (connection_pool)         the lean HTTP/1.1 pool's own failures (mapped by the client)

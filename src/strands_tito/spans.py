@@ -41,6 +41,8 @@ FINISH_REASON = PREFIX + "finish_reason"
 CACHED_TOKENS = PREFIX + "cached_tokens"
 REQUEST_ID = PREFIX + "request_id"
 WEIGHT_VERSION = PREFIX + "weight_version"
+# Which weights sampled which output tokens: JSON ``[{"version", "start", "end"}]`` as bytes (absent: not said).
+WEIGHT_VERSIONS = PREFIX + "weight_versions"
 MODEL_ID = PREFIX + "model_id"
 TOOL_PARSE_ERRORS = PREFIX + "tool_parse_errors"
 ROUTED_EXPERTS = PREFIX + "routed_experts"
@@ -158,6 +160,7 @@ class TurnSpan:
     routed_experts_layout: tuple[int, int, int] | None = None
     top_p: tuple[list[int], list[int]] | None = None  # (token_ids, offsets) of the output positions
     lineage: Lineage = field(default_factory=lambda: Lineage())
+    weight_versions: tuple[checks.WeightVersionSpan, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -254,6 +257,7 @@ def turn_attributes(
     routed_experts_layout: tuple[int, int, int] | None = None,
     top_p: tuple[Sequence[int], Sequence[int]] | None = None,
     images: bytes | None = None,
+    weight_versions: Sequence[checks.WeightVersionSpan] = (),
 ) -> dict[str, Any]:
     """The attributes that put one turn on its ``chat`` span (``images``: from ``span_images.encode_images``;
     ``routed_experts``: int32 rows, compact when their ``routed_experts_layout`` is known)."""
@@ -277,6 +281,9 @@ def turn_attributes(
         attributes[REQUEST_ID] = request_id
     if weight_version is not None:
         attributes[WEIGHT_VERSION] = weight_version
+    if weight_versions:
+        # Bytes, like the tool parse errors: the SDK's length limits only ever cut strings.
+        attributes[WEIGHT_VERSIONS] = json.dumps(checks.weight_version_spans_json(weight_versions)).encode()
     if model_id is not None:
         attributes[MODEL_ID] = model_id
     if tool_parse_errors:
@@ -491,6 +498,7 @@ def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
     cached_tokens = _get_int(attributes, CACHED_TOKENS, 0, MAX_INDEX) if CACHED_TOKENS in attributes else 0
     request_id = _opt_str_attr(attributes, REQUEST_ID)
     weight_version = _opt_str_attr(attributes, WEIGHT_VERSION)
+    weight_versions = _weight_versions(attributes.get(WEIGHT_VERSIONS), len(output_ids), weight_version)
     model_id = _opt_str_attr(attributes, MODEL_ID)
     if not unpack:
         return SpanRef("turn", trajectory_id, index, _digest(attributes))
@@ -512,10 +520,23 @@ def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
         routed_experts=routed,
         images=images,
         image_token_id=image_token_id,
+        weight_versions=weight_versions,
         routed_experts_layout=layout,
         top_p=top_p,
         lineage=lineage,
     )
+
+
+def _weight_versions(raw: Any, output_length: int, weight_version: str | None) -> tuple[checks.WeightVersionSpan, ...]:
+    """``tito.weight_versions``: runs covering the turn's output, the last one ``tito.weight_version``'s."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, bytes | str):
+        raise SpanSchemaError(f"{WEIGHT_VERSIONS} must be bytes, got {type(raw).__name__}")
+    runs = checks.parse_json_spans(raw, output_length, WEIGHT_VERSIONS, SpanSchemaError)
+    if runs and runs[-1].version != weight_version:
+        raise SpanSchemaError(f"{WEIGHT_VERSIONS} ends with {runs[-1].version!r:.80}, {WEIGHT_VERSION} is another")
+    return runs
 
 
 def _routing(

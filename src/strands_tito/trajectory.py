@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 
 from strands_tito import checks
 from strands_tito.checks import FinishReason as FinishReason  # the trajectory's name for it since 0.1
+from strands_tito.checks import WeightVersionSpan
 from strands_tito.errors import StrandsTitoError
 from strands_tito.prompt_ids import PromptIds
 from strands_tito.replay import check_routing_layout, check_top_p, decode_routed_experts, routing_npy, top_p_rows
@@ -81,6 +82,9 @@ class Turn:
     top_p_offsets: tuple[int, ...] | None = None
     image_data: tuple[str, ...] = ()
     """Data URLs of the images this turn's new prompt tokens hold, in prompt order (one placeholder token each)."""
+    weight_versions: tuple[WeightVersionSpan, ...] = ()
+    """Which weights sampled which output tokens: ``(version, start, end)`` runs over ``[0, output_length)`` (empty:
+    the server did not say). ``weight_version`` is the last run's version."""
 
     @property
     def output_start(self) -> int:
@@ -102,6 +106,7 @@ class Turn:
             "latency_s": self.latency_s,
             "request_id": self.request_id,
             "weight_version": self.weight_version,
+            "weight_versions": checks.weight_version_spans_json(self.weight_versions),
             # How many of the trajectory's images this turn's new prompt added (the record's image_data holds them).
             "images": len(self.image_data),
         }
@@ -116,6 +121,19 @@ def _check_logprobs(
     if len(logprobs) != expected:
         raise TrajectoryError(f"{name}: {len(logprobs)} logprobs for {expected} tokens")
     return checks.logprobs(logprobs, name, TrajectoryError, missing=missing)
+
+
+def _check_weight_versions(
+    spans: Sequence[WeightVersionSpan | Mapping[str, Any]], version: str | None, output_length: int
+) -> tuple[tuple[WeightVersionSpan, ...], str | None]:
+    """A turn's weight-version runs (:func:`strands_tito.checks.weight_version_spans`) and its version, the last
+    run's (SGLang overwrites ``weight_version`` with it, ``weight_versions.py:107``)."""
+    runs = checks.weight_version_spans(list(spans), output_length, "weight_versions", TrajectoryError)
+    if not runs:
+        return runs, version
+    if version is not None and version != runs[-1].version:
+        raise TrajectoryError(f"weight_version {version!r} is not the last weight_versions span's {runs[-1].version!r}")
+    return runs, runs[-1].version
 
 
 class _CheckedTurn(NamedTuple):
@@ -188,6 +206,16 @@ class Trajectory:
         return [t.routed_experts for t in self.turns if t.routed_experts is not None]
 
     @property
+    def weight_versions(self) -> list[WeightVersionSpan]:
+        """Which weights sampled which generated tokens, as ``(version, start, end)`` runs of trajectory positions
+        (turns whose server did not say are left out): for asynchronous RL, where weights change mid-rollout."""
+        runs: list[WeightVersionSpan] = []
+        for turn in self.turns:
+            offset = turn.output_start
+            runs.extend(WeightVersionSpan(s.version, s.start + offset, s.end + offset) for s in turn.weight_versions)
+        return runs
+
+    @property
     def image_data(self) -> list[str]:
         """The images of the trajectory's prompts as base64 data URLs, in prompt order (strands-sglang 0.6's
         ``Rollout.image_data``): what SGLang received as ``image_data`` with the last turn's ``input_ids``, where each
@@ -213,6 +241,7 @@ class Trajectory:
         top_p: tuple[Sequence[int], Sequence[int]] | None = None,
         image_data: Sequence[str] = (),
         image_token_id: int | None = None,
+        weight_versions: Sequence[WeightVersionSpan | Mapping[str, Any]] = (),
     ) -> Turn:
         """Validate one turn completely, then append it; on any error nothing changes.
 
@@ -234,7 +263,11 @@ class Trajectory:
             top_p: ``(token_ids, offsets)`` the top-p sampler kept per output token (``len(output_ids) + 1`` offsets).
             image_data: Base64 image data URLs of the images ``prompt_ids`` holds, in prompt order.
             image_token_id: The image placeholder token; when given, ``prompt_ids`` must hold exactly one per image.
+            weight_versions: Which weights sampled which output tokens (SGLang's ``weight_versions``, vLLM's
+                ``WeightVersionSpan`` list): runs covering ``output_ids``; ``weight_version`` defaults to the last
+                run's version and must equal it.
         """
+        spans, weight_version = _check_weight_versions(weight_versions, weight_version, len(output_ids))
         new = self._check_turn(
             prompt_ids,
             output_ids,
@@ -248,7 +281,7 @@ class Trajectory:
             routed_experts_layout,
             top_p,
         )
-        return self._commit_turn(new, matched_stop, cached_tokens, latency_s, request_id, weight_version)
+        return self._commit_turn(new, matched_stop, cached_tokens, latency_s, request_id, weight_version, spans)
 
     def _check_turn(
         self,
@@ -316,6 +349,7 @@ class Trajectory:
         latency_s: float | None,
         request_id: str | None,
         weight_version: str | None,
+        weight_versions: tuple[WeightVersionSpan, ...],
     ) -> Turn:
         """The commit half of :meth:`append_turn`, on a turn :meth:`_check_turn` accepted: nothing here can fail."""
         start = len(self.token_ids)
@@ -339,6 +373,7 @@ class Trajectory:
             top_p_token_ids=None if new.top_p is None else new.top_p[0],
             top_p_offsets=None if new.top_p is None else new.top_p[1],
             image_data=new.images,
+            weight_versions=weight_versions,
         )
         # Commit: nothing below can fail.
         self._extend(new.prompt, new.prompt_packed, new.prompt_logprobs, new.prompt_logprobs_packed, False)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic_core import core_schema
 
+from strands_tito import checks
 from strands_tito.trajectory import FinishReason, Trajectory, TrajectoryError
 
 if TYPE_CHECKING:
@@ -34,6 +35,8 @@ class TurnFields(TypedDict):
     latency_s: float | None
     request_id: str | None
     weight_version: str | None
+    weight_versions: list[dict[str, Any]]
+    """Which weights sampled which output tokens: ``{version, start, end}`` runs (absent in older dumps)."""
     has_routed_experts: bool
     """Whether the next slice of ``routed_experts`` is this turn's."""
     images: int
@@ -92,6 +95,7 @@ def fields_of(trajectory: Trajectory, *, json: bool = False) -> TrajectoryFields
                 "latency_s": t.latency_s,
                 "request_id": t.request_id,
                 "weight_version": t.weight_version,
+                "weight_versions": checks.weight_version_spans_json(t.weight_versions),
                 "has_routed_experts": t.routed_experts is not None,
                 "images": len(t.image_data),
             }
@@ -175,6 +179,7 @@ def _replay_turns(
             latency_s=turn["latency_s"],
             request_id=turn["request_id"],
             weight_version=turn["weight_version"],
+            weight_versions=turn.get("weight_versions", ()),
             routed_experts=slice_,
             image_data=images[images_used : images_used + count],
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -45,6 +46,11 @@ def _parser() -> argparse.ArgumentParser:
         "--token-file", type=Path, help=f"file holding the required bearer token (or set ${TOKEN_ENV}; not --token)"
     )
     p.add_argument("--token", help=f"required bearer token (visible in ps: prefer --token-file or ${TOKEN_ENV})")
+    p.add_argument(
+        "--allow-no-token",
+        action="store_true",
+        help="listen on a non-loopback address without a bearer token (anyone who reaches it can send spans)",
+    )
     p.add_argument("--tls-cert", type=Path, help="TLS certificate (PEM) for both ports")
     p.add_argument("--tls-key", type=Path, help="TLS private key (PEM)")
     p.add_argument("--idle-timeout", type=float, default=600, help="seconds before an unended trajectory is written")
@@ -52,13 +58,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-decompressed-mb", type=float, default=256, help="largest body after decompression")
     p.add_argument("--max-store-mb", type=float, default=10240, help="refuse new data (503) above this store size")
     p.add_argument("--max-inflight", type=int, default=64, help="requests processed at once before answering 503")
+    p.add_argument(
+        "--max-connections", type=int, default=256, help="HTTP connections at once; more get 503 (default 256)"
+    )
     p.add_argument("--progress-interval", type=float, default=10, help="seconds between progress lines (0 = off)")
     p.add_argument("--head-timeout", type=float, default=30, help="seconds for an HTTP request head (default 30)")
     p.add_argument("--body-timeout", type=float, default=60, help="seconds for an HTTP request body (default 60)")
     p.add_argument("--shutdown-timeout", type=float, default=8, help="longest graceful stop in seconds (default 8)")
     agl = p.add_argument_group("Agent Lightning", "post each model call of a rollout's trajectories as events")
     agl.add_argument("--agl-url", help="Agent Lightning server base URL (e.g. http://127.0.0.1:8080): turns it on")
-    agl.add_argument("--agl-key", default=os.environ.get("AGL_KEY"), help="the server's key (default: $AGL_KEY)")
+    agl.add_argument("--agl-key-file", type=Path, help="file holding the server's key (or set $AGL_KEY)")
+    agl.add_argument("--agl-key", help="the server's key (visible in ps: prefer --agl-key-file or $AGL_KEY)")
     agl.add_argument(
         "--agl-ack-timeout",
         type=float,
@@ -76,22 +86,20 @@ def parse_args(argv: list[str]) -> CollectorConfig:
     """Command-line options to a :class:`CollectorConfig`."""
     p = _parser()
     a = p.parse_args(argv)
-    if (a.tls_cert is None) != (a.tls_key is None):
-        p.error("--tls-cert and --tls-key go together")
-    if a.agl_url is None and (a.agl_model is not None or any(x.startswith("--agl-key") for x in argv)):
-        p.error("--agl-key and --agl-model need --agl-url")
-    if a.agl_ack_timeout < 0:
-        p.error("--agl-ack-timeout must be >= 0")
-    if a.parquet_part_rows < 1 or a.parquet_linger < 0:
-        p.error("--parquet-part-rows must be >= 1 and --parquet-linger >= 0")
-    if min(a.head_timeout, a.body_timeout, a.shutdown_timeout) <= 0:
-        p.error("--head-timeout, --body-timeout and --shutdown-timeout must be > 0")
-    token = _token(p, a.token, a.token_file)
+    _check_ranges(p, a, argv)
+    token = _secret(p, a.token, a.token_file, "--token", TOKEN_ENV)
+    agl_key = _secret(p, a.agl_key, a.agl_key_file, "--agl-key", "AGL_KEY")
     try:
         host, http_port = _address(a.http, "--http")
         grpc_host, grpc_port = (None, None) if a.grpc == "off" else _address(a.grpc, "--grpc")
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
+    exposed = [h for h in (host, grpc_host) if h is not None and not _loopback(h)]
+    if exposed and token is None and not a.allow_no_token:
+        p.error(
+            f"{exposed[0]} is reachable from other machines and no token is set: give --token-file (or "
+            f"${TOKEN_ENV}), or pass --allow-no-token to accept spans from anyone who reaches it"
+        )
     outputs = []
     if a.jsonl is not None or a.parquet is None:
         outputs.append(f"jsonl:{a.jsonl or Path('trajectories.jsonl')}")
@@ -115,34 +123,61 @@ def parse_args(argv: list[str]) -> CollectorConfig:
         max_decompressed_bytes=int(a.max_decompressed_mb * 1024 * 1024),
         max_store_bytes=int(a.max_store_mb * 1024 * 1024),
         max_inflight=a.max_inflight,
+        max_connections=a.max_connections,
         idle_timeout=a.idle_timeout,
         progress_interval=a.progress_interval,
         head_timeout=a.head_timeout,
         body_timeout=a.body_timeout,
         shutdown_timeout=a.shutdown_timeout,
         agl_url=a.agl_url,
-        agl_key=a.agl_key,
+        agl_key=agl_key,
         agl_ack_timeout=a.agl_ack_timeout,
         agl_model=a.agl_model,
     )
 
 
-def _token(p: argparse.ArgumentParser, given: str | None, path: Path | None) -> str | None:
-    """The bearer token from --token-file, --token or the environment (one source; never echoed)."""
+def _check_ranges(p: argparse.ArgumentParser, a: argparse.Namespace, argv: list[str]) -> None:
+    """Options that go together, and numbers in range."""
+    if (a.tls_cert is None) != (a.tls_key is None):
+        p.error("--tls-cert and --tls-key go together")
+    if a.agl_url is None and (a.agl_model is not None or any(x.startswith("--agl-key") for x in argv)):
+        p.error("--agl-key and --agl-model need --agl-url")
+    if a.agl_ack_timeout < 0:
+        p.error("--agl-ack-timeout must be >= 0")
+    if a.max_connections < 1:
+        p.error("--max-connections must be >= 1")
+    if a.parquet_part_rows < 1 or a.parquet_linger < 0:
+        p.error("--parquet-part-rows must be >= 1 and --parquet-linger >= 0")
+    if min(a.head_timeout, a.body_timeout, a.shutdown_timeout) <= 0:
+        p.error("--head-timeout, --body-timeout and --shutdown-timeout must be > 0")
+
+
+def _secret(p: argparse.ArgumentParser, given: str | None, path: Path | None, option: str, env: str) -> str | None:
+    """A secret from ``OPTION-file``, ``OPTION`` or the environment (one source; never echoed)."""
     if given is not None and path is not None:
-        p.error("--token and --token-file exclude each other")
+        p.error(f"{option} and {option}-file exclude each other")
     if path is not None:
         try:
-            token = path.read_text().strip()
+            secret = path.read_text().strip()
         except OSError as e:
-            p.error(f"--token-file {path}: {e.strerror or e}")
-        if not token:
-            p.error(f"--token-file {path} is empty")
-        return token
+            p.error(f"{option}-file {path}: {e.strerror or e}")
+        if not secret:
+            p.error(f"{option}-file {path} is empty")
+        return secret
     if given is not None:
-        logging.getLogger(__name__).warning("--token is visible to other users in ps; prefer --token-file")
+        logging.getLogger(__name__).warning("%s is visible to other users in ps; prefer %s-file", option, option)
         return given
-    return os.environ.get(TOKEN_ENV) or None
+    return os.environ.get(env) or None
+
+
+def _loopback(host: str) -> bool:
+    """Whether only this machine can reach ``host`` (a loopback address or ``localhost``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
 
 
 def collect_main(argv: list[str]) -> int:

@@ -58,6 +58,8 @@ class CollectorConfig:
     max_body_bytes: int = 64 * 1024 * 1024
     max_decompressed_bytes: int = 256 * 1024 * 1024
     max_inflight: int = 64
+    max_connections: int = 256
+    """HTTP connections served at once; more are answered 503 and closed (one log line per burst)."""
     max_store_bytes: int = 10 * 1024**3
     idle_timeout: float = 600.0
     batch_size: int = 64
@@ -99,6 +101,7 @@ class Collector:
             max_body=config.max_body_bytes,
             head_timeout=config.head_timeout,
             body_timeout=config.body_timeout,
+            max_connections=config.max_connections,
         )
         self._grpc: GrpcReceiver | None = None
         self._stopped = False

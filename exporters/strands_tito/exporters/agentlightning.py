@@ -130,6 +130,7 @@ def _calls(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "finish_reason": turn["finish_reason"],
                 "request_id": turn.get("request_id"),
                 "weight_version": turn.get("weight_version"),
+                "weight_versions": turn.get("weight_versions") or [],
                 "cached_tokens": turn.get("cached_tokens"),
                 "images": images[:seen],  # every image of the prompt, in order
             }
@@ -165,6 +166,9 @@ def _model_request(schemas: Any, tid: str, index: int, call: Mapping[str, Any], 
             "content": [{"logprob": None if v is None or not math.isfinite(v) else float(v)} for v in logprobs]
         },
     }
+    if call.get("weight_versions"):
+        # Which weights sampled which of these tokens, in vLLM's own choice field (vllm/outputs.py:49-56).
+        choice["weight_versions"] = call["weight_versions"]
     request_body: dict[str, Any] = {"model": name}
     if call.get("images"):
         # Agent Lightning aligns a multimodal call's images through the request's messages

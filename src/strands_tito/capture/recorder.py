@@ -177,6 +177,7 @@ def record_turn(
         cached_tokens=turn.cached_tokens,
         request_id=turn.request_id,
         weight_version=turn.weight_version,
+        weight_versions=turn.weight_versions,
         model_id=model_id,
         tool_parse_errors=tool_parse_errors,
         routed_experts=base64.b64decode(turn.routed_experts) if turn.routed_experts else None,
@@ -359,6 +360,12 @@ def state_of(agent: Any) -> AgentState | None:
     model_state = getattr(agent, "_model_state", None)
     found = [v for v in model_state.values() if isinstance(v, AgentState)] if isinstance(model_state, dict) else []
     return found[0] if found else None
+
+
+def lineage_of_trajectory(trajectory_id: str) -> Lineage | None:
+    """The episode, parent and agent of a trajectory with turns on spans that has not ended yet (else None)."""
+    with _lock:
+        return _lineages.get(trajectory_id)
 
 
 def record_reward(

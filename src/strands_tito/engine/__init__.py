@@ -50,7 +50,7 @@ chat template and returns token ids in vLLM's or SGLang's field names (``LocalEn
   requests until ``/continue_generation`` (mode ``abort`` also aborts pending ones).
 """
 
-from strands_tito.engine.core import EngineCore
+from strands_tito.engine.core import EngineCore, Speculative
 from strands_tito.engine.protocol import routed_experts_for, token_logprob
 from strands_tito.engine.records import EngineRecord
 from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Script, ScriptFile, Step
@@ -65,6 +65,7 @@ __all__ = [
     "Reply",
     "Script",
     "ScriptFile",
+    "Speculative",
     "Step",
     "routed_experts_for",
     "token_logprob",

@@ -53,7 +53,7 @@ class AdminEndpoints:
                 "tokenizer_path": core.model_path,
                 "is_generation": True,
                 "preferred_sampling_params": None,
-                "weight_version": "default",
+                "weight_version": core.weight_version,
                 "load_format": "auto",
                 "reasoning_parser": None,
                 "tool_call_parser": None,
@@ -67,6 +67,7 @@ class AdminEndpoints:
 
     async def server_info(self, request: Request, conn: Connection, received: float) -> AnyResponse:
         core = self.core
+        spec = core.speculative
         host, port = self.address()
         running = core.conversations.in_flight()
         return json_response(
@@ -81,8 +82,14 @@ class AdminEndpoints:
                 "host": host,
                 "port": port,
                 "served_model_name": core.model_path,
-                "weight_version": "default",
+                # /server_info shows the launch value (--weight-version); /model_info the current one.
+                "weight_version": core.launch_weight_version,
                 "enable_return_routed_experts": core.routed_experts is not None,
+                # The resolved speculative settings a client computes the reserved context from (§7.5).
+                "speculative_algorithm": spec.speculative_algorithm if spec is not None else None,
+                "speculative_eagle_topk": spec.speculative_eagle_topk if spec is not None else None,
+                "speculative_num_steps": spec.speculative_num_steps if spec is not None else None,
+                "speculative_num_draft_tokens": spec.speculative_num_draft_tokens if spec is not None else None,
                 "disable_radix_cache": False,
                 "allow_auto_truncate": False,
                 "incremental_streaming_output": False,
@@ -136,6 +143,22 @@ class AdminEndpoints:
         if mode == "abort":
             self.core.abort(None, True)
         return json_response({"message": "Generation paused successfully.", "status": "ok"})
+
+    async def update_weight_version(self, request: Request, conn: Connection, received: float) -> AnyResponse:
+        """``POST /update_weight_version`` (``http_server.py:1527-1556``): aborts all requests first unless
+        ``abort_all_requests`` is false; requests that keep running finish with two ``weight_versions`` spans."""
+        body = parse_body(request.body)
+        version = body.get("new_version") if isinstance(body, dict) else None
+        if not isinstance(version, str):
+            return json_response(
+                {"success": False, "message": "Failed to update weight version: new_version must be a string"}, 400
+            )
+        if body.get("abort_all_requests", True) is not False:
+            self.core.abort(None, True)
+        self.core.weight_version = version
+        return json_response(
+            {"success": True, "message": f"Weight version updated to {version}", "new_version": version}
+        )
 
     async def continue_generation(self, request: Request, conn: Connection, received: float) -> AnyResponse:
         self.core.resume()

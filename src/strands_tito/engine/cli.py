@@ -14,6 +14,7 @@ from transformers import PreTrainedTokenizerBase
 from strands_tito.engine.script import ScriptFile
 
 if TYPE_CHECKING:
+    from strands_tito.engine.core import Speculative
     from strands_tito.providers.families import Family
 
 __all__ = ["build_parser", "engine_main"]
@@ -75,7 +76,37 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="report has_image_understanding on /model_info and accept image_data (one <|image_pad|> per image)",
     )
+    _add_sglang_arguments(parser)
     return parser
+
+
+def _add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
+    """Weight version and speculative decoding, under SGLang's own flag names (``srt/arg_groups/fields/
+    serving.py:172-175`` and the speculative arguments)."""
+    parser.add_argument(
+        "--weight-version", default="default", help="weights' version replies report (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--speculative-algorithm",
+        default=None,
+        help="emulate speculative decoding (EAGLE, EAGLE3, FROZEN_KV_MTP, NEXTN reserve context per request)",
+    )
+    parser.add_argument("--speculative-eagle-topk", type=int, default=1)
+    parser.add_argument("--speculative-num-steps", type=int, default=3)
+    parser.add_argument("--speculative-num-draft-tokens", type=int, default=4)
+
+
+def _speculative(args: argparse.Namespace) -> Speculative | None:
+    from strands_tito.engine.core import Speculative
+
+    if not args.speculative_algorithm:
+        return None
+    return Speculative(
+        args.speculative_algorithm,
+        args.speculative_eagle_topk,
+        args.speculative_num_steps,
+        args.speculative_num_draft_tokens,
+    )
 
 
 def _tokenizer(name: str, spec: Family | None) -> tuple[PreTrainedTokenizerBase, list[int] | None]:
@@ -128,6 +159,8 @@ def engine_main(argv: list[str] | None = None) -> int:
         reasoning_parser=args.reasoning_parser,
         image_understanding=args.image_understanding,
         eos_token_ids=eos_token_ids,
+        weight_version=args.weight_version,
+        speculative=_speculative(args),
     )
 
     def ready(running: LocalEngine) -> None:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from transformers import PreTrainedTokenizerBase
 
@@ -32,7 +32,43 @@ from strands_tito.engine.records import DISCONNECTED_STATUS, EngineRecord
 from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Script, Step
 from strands_tito.http_server import AnyResponse, Connection, RawResponse
 
-__all__ = ["EngineCore"]
+__all__ = ["EngineCore", "Speculative", "weight_version_spans"]
+
+#: SGLang's algorithms that reserve context for draft tokens: ``is_eagle()`` is true for EAGLE, EAGLE3 and
+#: FROZEN_KV_MTP (``srt/speculative/spec_info.py:102-109``), and NEXTN is EAGLE (``spec_registry.py:183``).
+EAGLE_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "FROZEN_KV_MTP", "NEXTN"})
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """A speculative-decoding server's settings, under SGLang's server-argument names."""
+
+    speculative_algorithm: str
+    speculative_eagle_topk: int = 1
+    speculative_num_steps: int = 3
+    speculative_num_draft_tokens: int = 4
+
+    @property
+    def reserved_tokens(self) -> int:
+        """Context SGLang reserves per request for draft tokens: ``compute_num_reserved_tokens``
+        (``srt/managers/utils.py:484-500``), R = max(topk x steps, draft tokens) for EAGLE-like algorithms, else 0."""
+        if self.speculative_algorithm.upper() not in EAGLE_ALGORITHMS:
+            return 0
+        return max(self.speculative_eagle_topk * self.speculative_num_steps, self.speculative_num_draft_tokens)
+
+
+def weight_version_spans(start_version: str, current: str, output_tokens: int) -> list[dict[str, Any]]:
+    """``meta_info.weight_versions`` of a finished request (``srt/utils/weight_versions.py:66-107``): one span per
+    version, half-open output offsets. A request whose weights changed while it ran is split at its midpoint (the
+    engine has no real step at which the update landed)."""
+    if start_version == current or output_tokens < 2:
+        return [{"version": current, "start": 0, "end": output_tokens}]
+    middle = output_tokens // 2
+    return [
+        {"version": start_version, "start": 0, "end": middle},
+        {"version": current, "start": middle, "end": output_tokens},
+    ]
+
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +98,7 @@ class EngineCore:
         conversations: the :class:`~strands_tito.engine.conversations.ConversationTracker`.
         default: the reply for requests with no scripted step left (None: those get an error).
         context_length, max_req_len, max_req_input_len: SGLang's length limits.
+        weight_version, speculative, reserved_tokens: the weights' version and the speculative-decoding settings.
         model_path, routed_experts, image_understanding, image_token_id: what the info endpoints report.
         started_at: when the server started listening.
     """
@@ -78,6 +115,8 @@ class EngineCore:
         record_path: str | os.PathLike[str] | None = None,
         image_understanding: bool = False,
         image_token_id: int | None = None,
+        weight_version: str = "default",
+        speculative: Speculative | None = None,
     ) -> None:
         if context_length < 8:
             raise ValueError(f"context_length must be at least 8, got {context_length}")
@@ -95,6 +134,12 @@ class EngineCore:
         self.record_path = Path(record_path) if record_path is not None else None
         self.image_understanding = image_understanding
         self.image_token_id = image_token_id
+        #: The served weights' version (``--weight-version``; ``POST /update_weight_version`` changes it).
+        self.weight_version = weight_version
+        self.launch_weight_version = weight_version
+        self.speculative = speculative
+        #: Context reserved per request for draft tokens (0 without EAGLE-like speculative decoding).
+        self.reserved_tokens = speculative.reserved_tokens if speculative is not None else 0
         tokenizer_eos = tokenizer.eos_token_id
         if eos_token_ids is not None:
             self.eos_token_ids: tuple[int, ...] = tuple(eos_token_ids)
@@ -255,9 +300,10 @@ class EngineCore:
                     waiter.cancel()
 
     def finish(self, conversation: Conversation | None, prompt: list[int], out: Sequence[int], success: bool) -> None:
-        """Close a request that generated ``out``: the history moves on only on success; the cache keeps both."""
+        """Close a request that generated ``out``: the history moves on only on success; the cache keeps what has
+        KV, which is all but the last sampled token (``kv_committed_len``; ``schedule_batch.py:1766-1776``)."""
         sequence = [*prompt, *out]
-        self.conversations.finish(conversation, sequence if success else prompt, sequence)
+        self.conversations.finish(conversation, sequence if success else prompt, sequence[:-1] if out else sequence)
 
     def finish_fault(self, conversation: Conversation, prompt: list[int]) -> None:
         """Close a request answered with an error: the history stays at the prompt, nothing is cached."""

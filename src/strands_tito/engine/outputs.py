@@ -1,7 +1,8 @@
 """Turning scripted token ids into ``/generate`` response bodies the way SGLang 0.5.23 would shape them.
 
-Covers stop handling (``Req.check_finished`` order: length, stop ids, stop strings), text trimming
-(``trim_matched_stop``), logprob lists, routed experts, cumulative stream chunks and deliberate malformation.
+Covers stop handling (``Req.update_finish_state`` order: an id outside the vocabulary, stop strings, stop ids, then
+length), text trimming (``trim_matched_stop``), logprob lists (``null`` where SGLang's orjson writes a NaN), weight
+versions, routed experts, cumulative stream chunks and deliberate malformation.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from strands_tito.engine.protocol import (
 )
 from strands_tito.engine.script import MalformedKind, Reply
 
-__all__ = ["Outcome", "OutputBuilder"]
+__all__ = ["NAN_STOP", "Outcome", "OutputBuilder"]
+
+#: The stop SGLang reports for a sampled id outside the vocabulary (``schedule_batch.py:1989``).
+NAN_STOP = "NaN happened"
 
 
 @dataclass
@@ -38,6 +42,12 @@ class Outcome:
     out: list[int] = field(default_factory=list)
     finish: dict[str, Any] | None = None
     success: bool = True
+    #: Output positions whose logprob is NaN (sent as ``null``, as orjson writes NaN).
+    nan_positions: frozenset[int] = frozenset()
+    #: ``meta_info.weight_versions`` of the finished reply (set by the endpoint).
+    weight_versions: list[dict[str, Any]] = field(default_factory=list)
+    #: An abort of a request still in the waiting queue (SGLang's shorter meta_info).
+    waiting: bool = False
 
 
 def top_p_sets_for(token_ids: Sequence[int], generated: int, vocab_size: int) -> tuple[list[int], list[int]]:
@@ -104,22 +114,30 @@ class OutputBuilder:
         return ids
 
     def apply_stops(self, ids: Sequence[int], sampling: SamplingParams, max_new: int) -> Outcome:
-        """Cut ``ids`` the way SGLang's ``check_finished`` would: length first, then stop ids, then stop strings."""
+        """Cut ``ids`` as SGLang 0.5.23's ``Req.update_finish_state`` does (``schedule_batch.py:2007-2045``): an id
+        outside the vocabulary first (replaced by a stop id, then EOS, and finished as "NaN happened",
+        ``_check_vocab_boundary_finish``, ``:1977-1993``), then stop strings, then stop ids and EOS, and only then
+        the length cap, so EOS sampled as the last allowed token is a ``stop``."""
         if max_new <= 0:
             return Outcome([], finish_length(max(max_new, 0)))
         stop_ids = set() if sampling.ignore_eos else {*sampling.stop_token_ids, *self.eos_token_ids}
         out: list[int] = []
         for token in ids:
+            if token >= self.vocab_size:
+                replacement = next(iter(sampling.stop_token_ids), token)
+                replacement = self.eos_token_ids[0] if self.eos_token_ids else replacement
+                out.append(replacement)
+                return Outcome(out, finish_stop(NAN_STOP), nan_positions=frozenset({len(out) - 1}))
             out.append(token)
-            if len(out) >= max_new:
-                return Outcome(out, finish_length(max_new))
-            if token in stop_ids:
-                return Outcome(out, finish_stop(token))
             if sampling.stop:
                 decoded = self.decode(out, skip_special_tokens=False)
                 for stop in sampling.stop:
                     if stop in decoded:
                         return Outcome(out, finish_stop(stop))
+            if token in stop_ids:
+                return Outcome(out, finish_stop(token))
+            if len(out) >= max_new:
+                return Outcome(out, finish_length(max_new))
         # A script that runs out without a stop condition looks like a model that hit the cap.
         return Outcome(out, finish_length(max_new))
 
@@ -128,14 +146,14 @@ class OutputBuilder:
         matched = finish.get("matched") if finish is not None and finish.get("type") == "stop" else None
         trim = not sampling.no_stop_trim
         ids = out
-        # SGLang tests `if not matched`, so a matched token id 0 is (quirkily) never trimmed.
-        if trim and isinstance(matched, int) and not isinstance(matched, bool) and matched and out:
+        # detokenizer_manager.py:194-226 tests `matched is None`, so a stop on token id 0 is trimmed too.
+        if trim and isinstance(matched, int) and not isinstance(matched, bool) and out:
             ids = out[:-1]
         text = self.decode(ids, skip_special_tokens=sampling.skip_special_tokens)
-        if trim and isinstance(matched, str) and matched:
+        if isinstance(matched, str):
             position = text.find(matched)
-            if position != -1:
-                text = text[:position]
+            if position != -1:  # no_stop_trim keeps the stop string and drops what was decoded after it
+                text = text[: position + (0 if trim else len(matched))]
         return text
 
     # -- logprobs --------------------------------------------------------------------------------------------------
@@ -190,38 +208,29 @@ class OutputBuilder:
         received: float,
         text: str,
         input_fields: dict[str, list[Any]],
+        outcome: Outcome,
     ) -> dict[str, Any]:
         """One response object, or a cumulative stream chunk when ``finish`` is None."""
-        meta: dict[str, Any] = {
-            "id": generate.rid,
-            "finish_reason": finish,
-            "prompt_tokens": len(prompt),
-            "weight_version": "default",
-            "num_retractions": 0,
-        }
+        versions = outcome.weight_versions
+        meta: dict[str, Any] = {"id": generate.rid, "finish_reason": finish}
+        if not (outcome.waiting and finish is not None):
+            meta["prompt_tokens"] = len(prompt)
+        # Overwritten with the last span's version (weight_versions.py:107).
+        meta["weight_version"] = versions[-1]["version"] if versions else "default"
+        if not outcome.waiting:
+            meta["num_retractions"] = 0
         if generate.return_logprob:
-            with_text = generate.return_text_in_logprobs
-            base = len(prompt)
-            meta["input_token_logprobs"] = input_fields.get("input_token_logprobs", [])
-            meta["output_token_logprobs"] = [
-                [token_logprob(token, base + i), token, self._token_text(token, with_text)]
-                for i, token in enumerate(out)
-            ]
-            meta["output_token_logprobs_length"] = len(out)
-            if generate.top_logprobs_num > 0:
-                meta["input_top_logprobs"] = input_fields.get("input_top_logprobs", [])
-                meta["output_top_logprobs"] = [
-                    self.top_entries(base + i, token, generate.top_logprobs_num, with_text)
-                    for i, token in enumerate(out)
-                ]
-            if generate.token_ids_logprob is not None:
-                meta["input_token_ids_logprobs"] = input_fields.get("input_token_ids_logprobs", [])
-                meta["output_token_ids_logprobs"] = [
-                    self._ids_entries(base + i, generate.token_ids_logprob, with_text) for i in range(len(out))
-                ]
+            meta.update(self._logprob_meta(generate, prompt, out, input_fields, outcome.nan_positions))
+        if outcome.waiting and finish is not None:  # tokenizer_manager.py:3590-3640: no prompt or cache counts
+            meta["e2e_latency"] = time.time() - received
+            meta["weight_versions"] = versions
+            meta["completion_tokens"] = len(out)
+            return {"text": text, "output_ids": list(out), "meta_info": meta}
         meta["reasoning_tokens"] = 0
         meta["completion_tokens"] = len(out)
         meta["cached_tokens"] = cached
+        if finish is not None and versions:  # every finished reply (tokenizer_manager.py:2559-2568)
+            meta["weight_versions"] = versions
         meta["cached_tokens_details"] = None
         if finish is not None:
             self._replay_fields(meta, generate, prompt + out, len(out))
@@ -234,6 +243,36 @@ class OutputBuilder:
         if generate.return_prompt_token_ids:
             body["prompt_token_ids"] = list(prompt)
         return body
+
+    def _logprob_meta(
+        self,
+        generate: GenerateRequest,
+        prompt: list[int],
+        out: list[int],
+        input_fields: dict[str, list[Any]],
+        nan: frozenset[int],
+    ) -> dict[str, Any]:
+        """The logprob fields of ``meta_info``; a NaN logprob (``nan``) is ``null``, as orjson writes it."""
+        fields: dict[str, Any] = {}
+        with_text = generate.return_text_in_logprobs
+        base = len(prompt)
+        fields["input_token_logprobs"] = input_fields.get("input_token_logprobs", [])
+        fields["output_token_logprobs"] = [
+            [None if i in nan else token_logprob(token, base + i), token, self._token_text(token, with_text)]
+            for i, token in enumerate(out)
+        ]
+        fields["output_token_logprobs_length"] = len(out)
+        if generate.top_logprobs_num > 0:
+            fields["input_top_logprobs"] = input_fields.get("input_top_logprobs", [])
+            fields["output_top_logprobs"] = [
+                self.top_entries(base + i, token, generate.top_logprobs_num, with_text) for i, token in enumerate(out)
+            ]
+        if generate.token_ids_logprob is not None:
+            fields["input_token_ids_logprobs"] = input_fields.get("input_token_ids_logprobs", [])
+            fields["output_token_ids_logprobs"] = [
+                self._ids_entries(base + i, generate.token_ids_logprob, with_text) for i in range(len(out))
+            ]
+        return fields
 
     def bodies(
         self, generate: GenerateRequest, prompt: list[int], outcome: Outcome, cached: int, received: float
@@ -249,9 +288,11 @@ class OutputBuilder:
                 if text.endswith("\ufffd"):
                     text = previous  # the detokenizer holds back an incomplete UTF-8 sequence
                 previous = text
-                bodies.append(self._body(generate, prompt, partial, None, cached, received, text, input_fields))
+                chunk = self._body(generate, prompt, partial, None, cached, received, text, input_fields, outcome)
+                bodies.append(chunk)
         text = self.final_text(outcome.out, outcome.finish, generate.sampling)
-        bodies.append(self._body(generate, prompt, outcome.out, outcome.finish, cached, received, text, input_fields))
+        final = self._body(generate, prompt, outcome.out, outcome.finish, cached, received, text, input_fields, outcome)
+        bodies.append(final)
         return bodies
 
     def malform(self, kind: MalformedKind, body: dict[str, Any], prompt: list[int]) -> None:
@@ -267,9 +308,10 @@ class OutputBuilder:
         elif kind == "logprobs_wrong_length":
             meta["output_token_logprobs"] = entries[:-1] if entries else [[-0.5, 0, None]]
         elif kind == "nan_logprob":
+            # orjson writes a NaN logprob as null (http_server.py:987, utils/json_response.py:12-17).
             eos = self.eos_token_ids[0] if self.eos_token_ids else 0
             entries = [list(entry) for entry in entries] or [[0.0, eos, None]]
-            entries[0][0] = float("nan")
+            entries[0][0] = None
             meta["output_token_logprobs"] = entries
         elif kind == "missing_meta_info":
             del body["meta_info"]

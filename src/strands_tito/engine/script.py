@@ -48,7 +48,9 @@ MalformedKind = Literal[
     "missing_meta_info",
     "wrong_types",
 ]
-ContextOverflowVariant = Literal["input", "total", "scheduler"]
+ContextOverflowVariant = Literal["input", "total", "scheduler", "kv_budget"]
+#: ``waiting``: an abort of a request still in the waiting queue (SGLang's shorter reply); ``running``: the rest.
+AbortVariant = Literal["running", "waiting"]
 
 _MALFORMED_KINDS: tuple[str, ...] = get_args(MalformedKind)
 _OVERFLOW_VARIANTS: tuple[str, ...] = get_args(ContextOverflowVariant)
@@ -65,7 +67,8 @@ class Reply:
 
     Args:
         text: encoded with ``tokenizer.encode(text, add_special_tokens=False)``; the eos id is appended if ``eos``.
-        ids: sent exactly as given (include the stop token yourself).  Give ``text`` or ``ids``, not both; with
+        ids: sent exactly as given (include the stop token yourself; an id beyond the vocabulary ends the reply with
+            SGLang's "NaN happened" stop).  Give ``text`` or ``ids``, not both; with
             neither the reply is empty (just the eos token when ``eos``).
         eos: append the tokenizer's eos id to ``text``.  Ignored for ``ids``.
         delay: seconds to wait before answering (a slow reply; a client that hangs up meanwhile is recorded as
@@ -123,7 +126,7 @@ class Fault:
     count: int = 1
     retry_after: float | None = None
     malformed_kind: MalformedKind | None = None
-    variant: ContextOverflowVariant = "input"
+    variant: ContextOverflowVariant | AbortVariant = "input"
     message: str | None = None
     reply: Reply | None = None
     delay: float = 0.0
@@ -136,7 +139,7 @@ class Fault:
             raise ValueError(f"Fault.http needs an HTTP status in 100..599, got {self.status!r}")
         if self.kind == "malformed" and self.malformed_kind not in _MALFORMED_KINDS:
             raise ValueError(f"unknown malformed kind {self.malformed_kind!r}; expected one of {_MALFORMED_KINDS}")
-        if self.variant not in _OVERFLOW_VARIANTS:
+        if self.variant not in (*_OVERFLOW_VARIANTS, "running", "waiting"):
             raise ValueError(f"unknown context_overflow variant {self.variant!r}; expected one of {_OVERFLOW_VARIANTS}")
 
     @classmethod
@@ -163,8 +166,9 @@ class Fault:
         """Answer 400 with one of SGLang's context-length messages, computed from the real prompt length.
 
         ``variant``: ``"input"`` (tokenizer manager: "The input (N tokens) is longer than ..."), ``"total"``
-        ("Requested token count exceeds ...") or ``"scheduler"`` ("Input length (N tokens) exceeds the maximum
-        allowed length ...").
+        ("Requested token count exceeds ..."), ``"scheduler"`` ("Input length (N tokens) exceeds the maximum
+        allowed length ...") or ``"kv_budget"`` ("Request prompt exceeds the KV memory budget: input_len=N.", the
+        scheduler's 400 for a prompt the KV pool cannot hold).
         """
         return cls("context_overflow", count=count, variant=variant, delay=delay)
 
@@ -178,16 +182,22 @@ class Fault:
         ids: Sequence[int] | None = None,
         count: int = 1,
         delay: float = 0.0,
+        waiting: bool = False,
     ) -> Fault:
         """Abort the request like SGLang's scheduler does.
 
         Without ``status_code``: HTTP 200 with finish_reason ``{"type":"abort","message":"Aborted",...}`` and the
         full ``meta_info``; ``text``/``ids`` give the partial output produced before the abort (default none).
         ``status_code`` 400 becomes a 400 ``{"error":{"message":...}}``; other codes become that HTTP status with
-        the ``{"object":"error",...}`` body, as SGLang turns aborts with a status into HTTP errors.
+        the ``{"object":"error",...}`` body, as SGLang turns aborts with a status into HTTP errors. ``waiting``:
+        abort it as still in the waiting queue: ``{"type":"abort","message":"Abort in waiting queue"}`` and a
+        ``meta_info`` without ``prompt_tokens`` or ``cached_tokens``.
         """
         partial = Reply(text=text, ids=tuple(ids) if ids is not None else None, eos=False)
-        return cls("abort", status=status_code, count=count, message=message, reply=partial, delay=delay)
+        variant: AbortVariant = "waiting" if waiting else "running"
+        return cls(
+            "abort", status=status_code, count=count, message=message, reply=partial, delay=delay, variant=variant
+        )
 
     @classmethod
     def weight_update(cls, status_code: int | None = None, *, count: int = 1, delay: float = 0.0) -> Fault:
@@ -217,9 +227,12 @@ class Fault:
         """Answer 200 with a broken body built around a normal reply (``text``/``ids``; default ``"OK."``).
 
         Kinds: ``missing_output_ids``, ``logprobs_wrong_length`` (one output logprob short), ``nan_logprob`` (a
-        literal ``NaN`` in the JSON), ``non_json``, ``truncated_body`` (full Content-Length, half the body, then
-        the connection is closed), ``missing_meta_info``, ``wrong_types`` (``output_ids`` and
-        ``completion_tokens`` as strings).
+        ``null`` output logprob, how SGLang's orjson writes a NaN one; vLLM endpoints send its ``-9999.0``),
+        ``non_json``, ``truncated_body`` (full Content-Length, half the body, then the connection is closed),
+        ``missing_meta_info``, ``wrong_types`` (``output_ids`` and ``completion_tokens`` as strings).
+
+        SGLang's ``"NaN happened"`` stop needs no fault: a :class:`Reply` whose ``ids`` hold an id at or beyond the
+        vocabulary size ends there, that id replaced by EOS, with a ``null`` logprob.
         """
         if text is None and ids is None:
             reply = DEFAULT_REPLY
@@ -236,6 +249,8 @@ class Fault:
             return f"malformed:{self.malformed_kind}"
         if self.kind == "context_overflow":
             return f"context_overflow:{self.variant}"
+        if self.variant == "waiting":
+            return "abort:waiting"
         return "abort" if self.status is None else f"abort:{self.status}"
 
 
@@ -371,7 +386,7 @@ def step_from_dict(data: Any) -> Step:
         _reject_unknown(data, common | {"variant"}, "context_overflow fault")
         return Fault.context_overflow(cast(ContextOverflowVariant, data.get("variant", "input")), count, delay=delay)
     if kind == "abort":
-        _reject_unknown(data, common | {"status_code", "message", "text", "ids"}, "abort fault")
+        _reject_unknown(data, common | {"status_code", "message", "text", "ids", "waiting"}, "abort fault")
         status_code = data.get("status_code")
         return Fault.abort(
             int(status_code) if status_code is not None else None,
@@ -380,6 +395,7 @@ def step_from_dict(data: Any) -> Step:
             ids=_opt_ids(data.get("ids")),
             count=count,
             delay=delay,
+            waiting=bool(data.get("waiting", False)),
         )
     if kind == "malformed":
         _reject_unknown(data, common | {"kind", "text", "ids"}, "malformed fault")

@@ -22,7 +22,7 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.engine.admin import AdminEndpoints
-from strands_tito.engine.core import EngineCore
+from strands_tito.engine.core import EngineCore, Speculative
 from strands_tito.engine.images import DEFAULT_IMAGE_TOKEN
 from strands_tito.engine.openai_chat import ChatCompletions, OpenAIFlavor
 from strands_tito.engine.records import EngineRecord, parse_body, parse_response_body
@@ -69,6 +69,10 @@ class LocalEngine:
         image_understanding: report ``has_image_understanding: true`` on ``/model_info`` and accept ``image_data``
             (base64 image data URLs, one per ``image_token`` in ``input_ids``; placeholders are not expanded).
         image_token: the image placeholder token of the served template.
+        weight_version: the weights' version replies report (``--weight-version``); ``POST
+            /update_weight_version`` changes it.
+        speculative: emulate a speculative-decoding server (EAGLE, EAGLE3, FROZEN_KV_MTP, NEXTN): the context it
+            reserves per request counts in the length checks, and ``/server_info`` reports the settings.
 
     Run it in a background thread with :meth:`start` / :meth:`stop` (or ``with LocalEngine(...) as engine``), or
     inside the caller's event loop with ``await engine.serve()``. :attr:`core` holds the shared state (records,
@@ -93,6 +97,8 @@ class LocalEngine:
         reasoning_parser: str | None = None,
         image_understanding: bool = False,
         image_token: str = DEFAULT_IMAGE_TOKEN,
+        weight_version: str = "default",
+        speculative: Speculative | None = None,
     ) -> None:
         token_id = tokenizer.convert_tokens_to_ids(image_token)
         self.core = EngineCore(
@@ -105,6 +111,8 @@ class LocalEngine:
             record_path=record_path,
             image_understanding=image_understanding,
             image_token_id=token_id if isinstance(token_id, int) else None,
+            weight_version=weight_version,
+            speculative=speculative,
         )
         self.host = host
         self.port = port
@@ -140,6 +148,7 @@ class LocalEngine:
             "/abort_request": {"POST": admin.abort_request},
             "/pause_generation": {"POST": admin.pause_generation},
             "/continue_generation": {"POST": admin.continue_generation},
+            "/update_weight_version": {"POST": admin.update_weight_version},
         }
 
     # -- construction helpers --------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from strands_tito.engine.conversations import Conversation
-from strands_tito.engine.core import EngineCore
+from strands_tito.engine.core import EngineCore, weight_version_spans
 from strands_tito.engine.images import check_image_data
 from strands_tito.engine.outputs import Outcome
 from strands_tito.engine.protocol import (
@@ -47,7 +47,10 @@ from strands_tito.engine.records import (
 from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Step
 from strands_tito.http_server import AnyResponse, Connection, RawResponse, Request, Response, json_response
 
-__all__ = ["GenerateEndpoint", "parse_generate_body"]
+__all__ = ["WAITING_ABORT", "GenerateEndpoint", "parse_generate_body"]
+
+#: The abort message of a request aborted before it left the waiting queue (tokenizer_manager.py:3596).
+WAITING_ABORT = "Abort in waiting queue"
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +80,7 @@ class _Call:
         self.prompt = prompt
         self.received = received
         self.max_new = 0
+        self.weight_version = "default"
 
 
 class GenerateEndpoint:
@@ -126,12 +130,14 @@ class GenerateEndpoint:
                 f"The input_ids {prompt} contains values greater than the vocab size ({core.vocab_size})."
             )
         prompt_tokens = len(prompt)
-        if prompt_tokens >= core.context_length:
-            raise value_error(input_too_long_message(prompt_tokens, core.context_length))
+        # TokenizerManager._validate_one_request (tokenizer_manager.py:1333-1378): the input counts the context a
+        # speculative server reserves for draft tokens, in the checks and in the messages' N; the total check is ">".
+        input_tokens = prompt_tokens + core.reserved_tokens
+        if input_tokens >= core.context_length:
+            raise value_error(input_too_long_message(input_tokens, core.context_length))
         requested = generate.sampling.max_new_tokens
-        # SGLang's check is ">=" although its message says "exceeds".
-        if requested is not None and requested + prompt_tokens >= core.context_length:
-            raise value_error(requested_too_many_message(prompt_tokens, requested, core.context_length))
+        if requested is not None and requested + input_tokens > core.context_length:
+            raise value_error(requested_too_many_message(input_tokens, requested, core.context_length))
         verify_sampling_params(generate.sampling)
         if generate.logprob_start_len > prompt_tokens:
             raise value_error(logprob_start_len_message(generate.logprob_start_len, prompt_tokens))
@@ -157,6 +163,7 @@ class GenerateEndpoint:
         record.input_ids = list(prompt)
         call = _Call(generate, record, prompt, received)
         call.max_new = self._validate(generate, prompt)
+        call.weight_version = core.weight_version
         if generate.image_data is not None:
             record.image_data = list(generate.image_data)
             refused = check_image_data(
@@ -173,9 +180,16 @@ class GenerateEndpoint:
             record,
             conn,
             cache_cap=cap,
-            on_abort=lambda conversation: self._respond(call, Outcome([], finish_abort(), success=False), conversation),
+            on_abort=lambda conversation: self._respond(call, self._aborted(conversation), conversation),
             on_step=lambda conversation, step: self._answer(call, step, conversation),
         )
+
+    @staticmethod
+    def _aborted(conversation: Conversation | None) -> Outcome:
+        """An abort before the step ran: still in the waiting queue (paused, no conversation yet) or running."""
+        if conversation is None:  # tokenizer_manager.py:3590-3640
+            return Outcome([], {"type": "abort", "message": WAITING_ABORT}, success=False, waiting=True)
+        return Outcome([], finish_abort(), success=False)
 
     def _answer(self, call: _Call, step: Step | None, conversation: Conversation) -> AnyResponse:
         outputs = self.core.outputs
@@ -195,6 +209,8 @@ class GenerateEndpoint:
         if step.kind == "context_overflow":
             raise value_error(self._overflow_message(step, call.generate, len(call.prompt)))
         if step.kind == "abort":
+            if step.variant == "waiting":
+                return self._respond(call, self._aborted(None), conversation)
             message = step.message or "Aborted"
             if step.status is None:
                 partial = outputs.reply_ids(step.reply) if step.reply is not None else []
@@ -223,6 +239,8 @@ class GenerateEndpoint:
             return requested_too_many_message(prompt_tokens, wanted, core.context_length)
         if fault.variant == "scheduler":
             return scheduler_input_length_message(prompt_tokens, core.max_req_input_len)
+        if fault.variant == "kv_budget":  # scheduler.py:2722-2735, a 400 by set_finish_with_abort's default
+            return f"Request prompt exceeds the KV memory budget: input_len={prompt_tokens}."
         return input_too_long_message(prompt_tokens, core.context_length)
 
     # -- the 200 answer --------------------------------------------------------------------------------------------
@@ -234,6 +252,7 @@ class GenerateEndpoint:
         core, record, prompt = self.core, call.record, call.prompt
         out = outcome.out
         base = len(prompt)
+        outcome.weight_versions = weight_version_spans(call.weight_version, core.weight_version, len(out))
         record.output_ids = list(out)
         record.output_logprobs = [token_logprob(token, base + i) for i, token in enumerate(out)]
         core.finish(conversation, prompt, out, outcome.success)
@@ -253,7 +272,7 @@ class GenerateEndpoint:
             record.response = NON_JSON_BODY
             self.core.record(record)
             return Response(200, NON_JSON_BODY.encode(), "application/json")
-        response = json_response(body, 200, allow_nan=kind == "nan_logprob")
+        response = json_response(body, 200)
         if kind == "truncated_body":
             record.response, raw = truncated_json(response)
             self.core.record(record)
@@ -267,7 +286,7 @@ class GenerateEndpoint:
             chunks = [f"data: {NON_JSON_BODY}\n\n".encode() for _ in bodies] + [SSE_DONE]
             record.response = [NON_JSON_BODY for _ in bodies] + ["[DONE]"]
         else:
-            chunks = [sse_event(body, allow_nan=kind == "nan_logprob") for body in bodies] + [SSE_DONE]
+            chunks = [sse_event(body) for body in bodies] + [SSE_DONE]
             record.response = [*bodies, "[DONE]"]
         if kind == "truncated_body":
             data = b"".join(chunks)

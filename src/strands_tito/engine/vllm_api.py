@@ -33,13 +33,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from strands_tito.engine.conversations import Conversation
-from strands_tito.engine.core import EngineCore
+from strands_tito.engine.core import EngineCore, weight_version_spans
 from strands_tito.engine.openai_parsing import StopFieldError, read_stops
 from strands_tito.engine.outputs import Outcome
 from strands_tito.engine.protocol import SamplingParams, finish_abort, token_logprob
 from strands_tito.engine.records import NO_SCRIPT_MESSAGE, NON_JSON_BODY, EngineRecord, new_record, truncated_json
 from strands_tito.engine.script import Fault, Reply, Step
 from strands_tito.http_server import AnyResponse, Connection, Request, Response, json_response
+
+#: What vLLM writes for a missing, NaN or infinite logprob.
+VLLM_LOGPROB_FLOOR = -9999.0
 
 __all__ = [
     "COMPLETIONS_PATH",
@@ -135,6 +138,9 @@ class _Call:
         self.return_token_ids = return_token_ids
         self.tokens_as_ids = tokens_as_ids
         self.model = model
+        #: ``/v1/completions``' ``return_weight_versions`` (0.33, ``completion/protocol.py:182-189``).
+        self.return_weight_versions = False
+        self.weight_version = "default"
 
 
 def _sampling(raw: Mapping[str, Any], loc: str) -> tuple[SamplingParams, int | None, int | None, int | None]:
@@ -223,7 +229,7 @@ class VLLMEndpoints:
         if body.get("echo"):
             raise VLLMError("echo is not supported by strands-tito engine")
         sampling, max_tokens, logprobs, prompt_logprobs = _sampling(body, "body")
-        return _Call(
+        call = _Call(
             COMPLETIONS_PATH,
             f"cmpl-{uuid.uuid4().hex[:16]}",
             prompt,
@@ -235,6 +241,8 @@ class VLLMEndpoints:
             bool(body.get("return_tokens_as_token_ids")),
             body.get("model") if isinstance(body.get("model"), str) else None,
         )
+        call.return_weight_versions = bool(body.get("return_weight_versions"))
+        return call
 
     def _max_new(self, call: _Call) -> int:
         """vLLM's length checks; the effective max_tokens (cut to the room left, as vLLM does)."""
@@ -306,6 +314,7 @@ class VLLMEndpoints:
             record.rid = call.rid
             record.input_ids = list(call.prompt)
             max_new = self._max_new(call)
+            call.weight_version = self.core.weight_version
         except VLLMError as exc:
             return self._error(record, exc)
 
@@ -361,6 +370,8 @@ class VLLMEndpoints:
         """vLLM's (finish_reason, stop_reason) from the engine's SGLang-style finish object."""
         finish = outcome.finish or {"type": "length"}
         kind = str(finish.get("type", "stop"))
+        if kind == "repetition":  # v1/core/sched/utils.py:128-137
+            return kind, "repetition_detected"
         if kind != "stop":
             return kind, None
         matched = finish.get("matched")
@@ -370,6 +381,9 @@ class VLLMEndpoints:
 
     def _token_text(self, token: int) -> str:
         return self.core.decode_token(token)
+
+    def _weight_versions(self, call: _Call, out: Sequence[int]) -> list[dict[str, Any]]:
+        return weight_version_spans(call.weight_version, self.core.weight_version, len(out))
 
     def _prompt_logprobs(self, call: _Call) -> list[dict[str, Any] | None] | None:
         if call.prompt_logprobs is None:
@@ -415,7 +429,8 @@ class VLLMEndpoints:
             "token_ids": list(out),
             "routed_experts": None,
             "sampling_mask": None,
-            "weight_versions": [{"version": "default", "start": 0, "end": len(out)}] if out else None,
+            # The tokens endpoint always sends them (token_in_token_out/serving.py:502, 736).
+            "weight_versions": self._weight_versions(call, out) if out else None,
             "logprobs": logprobs,
         }
         return {
@@ -466,6 +481,8 @@ class VLLMEndpoints:
         if call.return_token_ids:
             choice["prompt_token_ids"] = list(call.prompt)
         choice["routed_experts"] = None
+        if call.return_weight_versions:  # completion/serving.py:650-654
+            choice["weight_versions"] = self._weight_versions(call, out)
         return {
             "id": call.rid,
             "object": "text_completion",
@@ -492,11 +509,13 @@ class VLLMEndpoints:
             if key in logprobs:
                 logprobs[key] = logprobs[key][:-1]
         elif kind == "nan_logprob":
+            # vLLM floors a missing, NaN or infinite logprob at -9999.0 (token_in_token_out/serving.py:85-91,
+            # 895-901; completion/serving.py:765); it never sends NaN.
             logprobs = choice.get("logprobs") or {}
             if logprobs.get("content"):
-                logprobs["content"][0]["logprob"] = float("nan")
+                logprobs["content"][0]["logprob"] = VLLM_LOGPROB_FLOOR
             elif logprobs.get("token_logprobs"):
-                logprobs["token_logprobs"][0] = float("nan")
+                logprobs["token_logprobs"][0] = VLLM_LOGPROB_FLOOR
         elif kind == "missing_meta_info":
             del body["choices"]
         elif kind == "wrong_types":
@@ -529,11 +548,11 @@ class VLLMEndpoints:
             record.response = NON_JSON_BODY
             core.record(record)
             return Response(200, NON_JSON_BODY.encode(), "application/json")
-        response = json_response(body, 200, allow_nan=kind == "nan_logprob")
+        response = json_response(body, 200)
         if kind == "truncated_body":
             record.response, raw = truncated_json(response)
             core.record(record)
             return raw
-        record.response = json.loads(response.body) if kind != "nan_logprob" else body
+        record.response = json.loads(response.body)
         core.record(record)
         return response

@@ -14,7 +14,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, ClassVar, Self
@@ -76,8 +76,8 @@ class RetryPolicy:
         backoff_max: Cap on one delay.
         deadline: Overall seconds one request may take, retries and waits included.
         never_retry_statuses: Statuses a retry cannot fix (401 unauthorized, 403 forbidden, 404 wrong URL).
-        never_retry_markers: Body substrings of an error a retry cannot fix (SGLang's request-contract check: an
-            unknown sampling parameter).
+        never_retry_markers: Body substrings of an error a retry cannot fix: SGLang's request-contract check (an
+            unknown sampling parameter) and its sampling-parameter validation ("top_p must be in (0, 1], got 2.").
         unreachable_timeout: Seconds a server that refuses connections is retried before giving up.
         retry_aborted: Send a generation the server aborted again (within :attr:`max_retries`); off, the abort is
             raised (``SGLangAbortedError``) and nothing is recorded.
@@ -88,7 +88,7 @@ class RetryPolicy:
     backoff_max: float = 30.0
     deadline: float = 1800.0
     never_retry_statuses: frozenset[int] = field(default_factory=lambda: frozenset({401, 403, 404}))
-    never_retry_markers: tuple[str, ...] = ("unknown field",)
+    never_retry_markers: tuple[str, ...] = ("unknown field", " must be ")
     unreachable_timeout: float = 2.0
     retry_aborted: bool = False
 
@@ -197,6 +197,7 @@ class TokenClient:
         self._address = (url.host, url.port or 80)
         self._max_model_len: int | None = None
         self._is_multimodal: bool | None = None
+        self._reserved_tokens: int | None = None
 
     def _client(self) -> httpx.AsyncClient:
         # httpx pools are bound to the loop that opened them; a new loop (e.g. asyncio.run per rollout) gets a new
@@ -422,6 +423,48 @@ class TokenClient:
         if self._is_multimodal is None:
             self._is_multimodal = bool((await self.model_info()).get("has_image_understanding", False))
         return self._is_multimodal
+
+    async def reserved_tokens(self) -> int:
+        """Context an SGLang server with speculative decoding reserves per request for draft tokens, which
+        ``/v1/models`` does not subtract: read from ``/server_info`` (``/get_server_info`` on older servers) with
+        :func:`speculative_reservation`; 0 for a server without either route. Cached once known.
+
+        Raises:
+            GenerationError: The server could not be asked (asked again next time).
+        """
+        if self._reserved_tokens is None:
+            info: Any = None
+            for path in ("/server_info", "/get_server_info"):
+                try:
+                    info = await self.request_json("GET", path)
+                    break
+                except ServerHTTPError as e:
+                    if e.status != 404:
+                        raise
+            self._reserved_tokens = speculative_reservation(info if isinstance(info, dict) else {})
+        return self._reserved_tokens
+
+
+#: SGLang's algorithms whose ``is_eagle()`` is true: EAGLE, EAGLE3, FROZEN_KV_MTP (``srt/speculative/
+#: spec_info.py:102-109``) and NEXTN, an alias of EAGLE (``spec_registry.py:183``).
+RESERVING_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "FROZEN_KV_MTP", "NEXTN"})
+
+
+def speculative_reservation(server_info: Mapping[str, Any]) -> int:
+    """SGLang's ``compute_num_reserved_tokens`` (``srt/managers/utils.py:484-500``) from ``/server_info``: for an
+    EAGLE-like algorithm, max(``speculative_eagle_topk`` x ``speculative_num_steps``, the draft-token count), else 0.
+    ``TokenizerManager._validate_one_request`` adds it to the prompt (``tokenizer_manager.py:1333-1378``), so a
+    request fits only when prompt + reservation + ``max_new_tokens`` <= the context length."""
+    algorithm = server_info.get("speculative_algorithm")
+    if not isinstance(algorithm, str) or algorithm.upper() not in RESERVING_ALGORITHMS:
+        return 0
+
+    def number(key: str) -> int:
+        value = server_info.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+    drafts = max(number("speculative_num_draft_tokens"), number("max_speculative_num_draft_tokens"))
+    return max(number("speculative_eagle_topk") * number("speculative_num_steps"), drafts)
 
 
 class _CancelWatch:

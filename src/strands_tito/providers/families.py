@@ -44,6 +44,16 @@ _GPT_OSS_TOKENS: Final = (
 _LLAMA3_TOKENS: Final = (
     "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>",
 )  # fmt: skip
+_GRANITE_TOKENS: Final = ("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>")
+_MISTRAL_TOKENS: Final = (
+    "<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[AVAILABLE_TOOLS]",
+    "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[THINK]",
+    "[/THINK]", "[IMG]",
+)  # fmt: skip
+_SEED_TOKENS: Final = (
+    "<seed:bos>", "<seed:eos>", "<seed:pad>", "<seed:tool_call>", "</seed:tool_call>", "<seed:think>",
+    "</seed:think>", "<seed:cot_budget_reflect>", "</seed:cot_budget_reflect>",
+)  # fmt: skip
 _MINIMAX_TOKENS: Final = (
     "]~!b[", "]~b]", "[e~[", "<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>",
 )  # fmt: skip
@@ -142,8 +152,11 @@ FAMILIES: Final[dict[str, Family]] = {
             differences=(
                 "the template renders no tools list: tool schemas are put into the system prompt by the encoder",
                 "the template drops the reasoning of every earlier turn, even within the tool loop: <think>R</think> "
-                "is re-rendered as <think></think>; token-in/token-out keeps it as generated. After tool results the "
-                "generation prompt opens no think block (the model answers without reasoning)",
+                "is re-rendered as </think> (llama.cpp's copy: <think></think>); token-in/token-out keeps it as "
+                "generated. After tool results the generation prompt opens no think block (the model answers without "
+                "reasoning)",
+                "the Hugging Face original takes a call's arguments as JSON text and its thinking switch as "
+                "`thinking`; the encoder finds both when it is built",
             ),
         ),
         Family(
@@ -166,6 +179,33 @@ FAMILIES: Final[dict[str, Family]] = {
             "minimax-m2", "MiniMax-M2", "minimax_m2", ("[e~[",), special_tokens=_MINIMAX_TOKENS, always_thinks=True,
             differences=(_DROPS_REASONING,),
         ),
+        Family(
+            "deepseek-v3.2", "deepseek-ai-DeepSeek-V3.2", "deepseek_v32", ("<｜end▁of▁sentence｜>",),
+            special_tokens=(*_DEEPSEEK_TOKENS, "｜DSML｜"), bos_token="<｜begin▁of▁sentence｜>", thinking=True,
+            differences=(
+                "the template is inconsistent with itself: with thinking off the generation prompt is "
+                "<think></think> (after tool results \n\n<think></think>) but the same turn is re-rendered as "
+                "</think>; token-in/token-out keeps what the model saw",
+                f"{_DROPS_REASONING} (re-rendered as a bare </think>)",
+            ),
+        ),
+        Family(
+            "nemotron-3-nano", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "qwen_xml", _QWEN_STOPS, thinking=True,
+            differences=(_DROPS_REASONING,),
+        ),
+        Family(
+            "granite-4.0", "ibm-granite-granite-4.0", "hermes", ("<|end_of_text|>",),
+            special_tokens=_GRANITE_TOKENS,
+        ),
+        Family(
+            "stepfun-3.5-flash", "StepFun3.5-Flash", "qwen_xml", _QWEN_STOPS, always_thinks=True,
+            differences=(_DROPS_REASONING,),
+        ),
+        Family(
+            "devstral", "unsloth-mistral-Devstral-Small-2507", "mistral", ("</s>",), special_tokens=_MISTRAL_TOKENS,
+            bos_token="<s>",
+        ),
+        Family("seed-oss", "ByteDance-Seed-OSS", "seed_oss", ("<seed:eos>",), special_tokens=_SEED_TOKENS),
     )
 }  # fmt: skip
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strands_tito import checks
-from strands_tito.checks import FinishReason
+from strands_tito.checks import FinishReason, WeightVersionSpan
 from strands_tito.errors import GenerationError
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "TokenResponseError",
     "check_token_ids",
     "finite_logprob",
+    "weight_versions_of",
 ]
 
 
@@ -104,6 +105,23 @@ class Generation:
     routed_experts_layout: tuple[int, int, int] | None = None
     top_p: tuple[list[int], list[int]] | None = None
     """Top-p replay: ``(token_ids, offsets)`` the sampler kept at each output position (when asked for)."""
+    weight_versions: tuple[WeightVersionSpan, ...] = ()
+    """Which weights sampled which output tokens (SGLang's ``meta_info.weight_versions``, vLLM's
+    ``choices[].weight_versions``); ``weight_version`` is the last one's."""
+
+
+def weight_versions_of(
+    spans: Any, version: Any, output_length: int, where: str, error: type[TokenResponseError]
+) -> tuple[tuple[WeightVersionSpan, ...], str | None]:
+    """A reply's weight-version runs and last version, the same for every server: its spans checked by
+    :func:`strands_tito.checks.weight_version_spans`; a server that sends only one version (SGLang before
+    ``weight_versions``) gets one run over the whole output."""
+    runs = checks.weight_version_spans(spans, output_length, where, error)
+    if runs:
+        return runs, runs[-1].version
+    if version is None or not output_length:
+        return (), None if version is None else str(version)
+    return (WeightVersionSpan(str(version), 0, output_length),), str(version)
 
 
 def finite_logprob(value: Any, where: str, error: type[TokenResponseError]) -> float | None:

@@ -12,14 +12,15 @@ starts the tool message with the model's stop token (GLM's ``<|observation|>``) 
 the whole structured conversation, at a cost proportional to the new messages.
 
 Templates that list no tools (DeepSeek-V3.1) get the tool schemas in the system message instead
-(:func:`tools_system_text`). Each encoder checks its template on probe conversations when it is built, so a template
-the encoder cannot follow fails then, with the behaviour named, never mid-episode.
+(:func:`tools_system_text`). A call's arguments reach the template in the form it expects, found when the encoder is
+built: a mapping, or JSON text where the template concatenates them as a string (DeepSeek-V3.1's original). Each
+encoder checks its template on probe conversations when it is built, so a template the encoder cannot follow fails
+then, with the behaviour named, never mid-episode.
 """
 
 from __future__ import annotations
 
-import base64
-import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -28,9 +29,31 @@ from strands.types.content import Message, Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito.errors import StrandsTitoError
 from strands_tito.providers.families import FAMILIES, template_defaults
+from strands_tito.providers.messages import (
+    PromptError,
+    call_arguments,
+    format_messages,
+    format_tool_specs,
+    tool_calls_of,
+    tools_system_text,
+    with_history_calls,
+)
 from strands_tito.providers.rendering import render_chat_template
+
+__all__ = [
+    "KNOWN_END_TOKENS",
+    "KNOWN_IMAGE_TOKENS",
+    "PromptEncoder",
+    "PromptError",
+    "format_messages",
+    "format_tool_specs",
+    "tool_calls_of",
+    "tools_system_text",
+]
+
+# Templates known to write a tool result inside the model's turn, by a mark written before the result.
+_WRITES_INTO_THE_TURN: Final = {"<|tool_response>": "Gemma-4"}
 
 # The stand-in messages before the assistant message the new messages follow: templates that need a user query
 # before tool messages, or look at the previous message's role, then render the new messages as in a real
@@ -56,161 +79,11 @@ KNOWN_IMAGE_TOKENS: Final[tuple[str, ...]] = (
     "[IMG]",
     "<|media_pad|>",
 )
-#: Strands image formats and their MIME types.
-IMAGE_MIME: Final[dict[str, str]] = {
-    "png": "image/png",
-    "jpeg": "image/jpeg",
-    "jpg": "image/jpeg",
-    "gif": "image/gif",
-    "webp": "image/webp",
-}
 
 
-class PromptError(StrandsTitoError, ValueError):
-    """The conversation or chat template cannot be tokenized incrementally."""
-
-
-def image_data_url(block: Any) -> str:
-    """A Strands image content block (``{"format": "png", "source": {"bytes": ...}}``) as a base64 data URL."""
-    fmt = str(block.get("format", "")).lower()
-    mime = IMAGE_MIME.get(fmt)
-    if mime is None:
-        raise PromptError(f"image format {fmt!r} is not one of {sorted(IMAGE_MIME)}")
-    data = (block.get("source") or {}).get("bytes")
-    if not isinstance(data, bytes | bytearray) or not data:
-        raise PromptError("an image content block needs its bytes in source.bytes (locations are not fetched)")
-    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
-
-
-def _text_of(blocks: Sequence[Any]) -> str:
-    parts: list[str] = []
-    for block in blocks:
-        if "text" in block:
-            parts.append(block["text"])
-        elif "json" in block:
-            parts.append(json.dumps(block["json"], ensure_ascii=False))
-        elif "image" in block:
-            raise PromptError("image content is only supported in user messages and tool results of SGLangModel")
-        elif "document" in block or "video" in block:
-            raise PromptError("document and video content is not supported by strands-tito yet")
-    return "".join(parts)
-
-
-def _content_of(blocks: Sequence[Any], images: list[str] | None) -> str | list[dict[str, Any]]:
-    """Message content: text, or (with images, when ``images`` collects them) content parts in block order.
-
-    Each image becomes one ``{"type": "image"}`` part, which vision-language templates render as their placeholder;
-    its data URL is appended to ``images``, so the list follows prompt order.
-    """
-    if images is None or not any("image" in block for block in blocks):
-        return _text_of(blocks)
-    parts: list[dict[str, Any]] = []
-    for block in blocks:
-        if "image" in block:
-            images.append(image_data_url(block["image"]))
-            parts.append({"type": "image"})
-            continue
-        text = _text_of([block])
-        if not text:
-            continue
-        if parts and parts[-1]["type"] == "text":
-            parts[-1]["text"] += text  # adjacent text blocks render as one, as without images
-        else:
-            parts.append({"type": "text", "text": text})
-    return parts
-
-
-def format_tool_specs(tool_specs: Sequence[ToolSpec] | None) -> list[dict[str, Any]] | None:
-    """Strands tool specs in the OpenAI function form chat templates expect."""
-    if not tool_specs:
-        return None
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": spec["name"],
-                "description": spec.get("description", ""),
-                "parameters": spec["inputSchema"].get("json", spec["inputSchema"]),
-            },
-        }
-        for spec in tool_specs
-    ]
-
-
-def format_messages(
-    messages: Messages, system_prompt: str | None = None, images: list[str] | None = None
-) -> list[dict[str, Any]]:
-    """Strands messages as chat-template messages.
-
-    With ``images`` given, image blocks of user messages and tool results become ``{"type": "image"}`` content parts
-    and their data URLs are appended to ``images`` in prompt order; without it an image raises :class:`PromptError`.
-
-    Tool results become one ``tool`` message each (with the call id and the tool's name, which some templates render
-    in the result header), in the order the calls were made in the preceding assistant message (Strands collects
-    them in completion order). Assistant text is kept verbatim: it is the model's raw
-    output, tool-call markup included, so ``toolUse`` blocks are not rendered a second time.
-    """
-    out: list[dict[str, Any]] = []
-    if system_prompt:
-        out.append({"role": "system", "content": system_prompt})
-    call_order: dict[str, int] = {}
-    call_names: dict[str, str] = {}
-    for message in messages:
-        content = message["content"]
-        if message["role"] == "assistant":
-            uses = [b["toolUse"] for b in content if "toolUse" in b]
-            call_order = {use["toolUseId"]: i for i, use in enumerate(uses)}
-            call_names = {use["toolUseId"]: use["name"] for use in uses}
-            entry: dict[str, Any] = {"role": "assistant", "content": _text_of(content)}
-            reasoning = "".join(
-                b["reasoningContent"].get("reasoningText", {}).get("text", "")
-                for b in content
-                if "reasoningContent" in b
-            )
-            if reasoning:
-                entry["reasoning_content"] = reasoning
-            out.append(entry)
-            continue
-        results = [block["toolResult"] for block in content if "toolResult" in block]
-        results.sort(key=lambda r: call_order.get(r["toolUseId"], len(call_order)))
-        out.extend(
-            {
-                "role": "tool",
-                "tool_call_id": r["toolUseId"],
-                "name": call_names.get(r["toolUseId"], ""),
-                "content": _content_of(r["content"], images),
-            }
-            for r in results
-        )
-        text = _content_of([b for b in content if "toolResult" not in b], images)
-        if text or not results:
-            out.append({"role": "user", "content": text})
-    return out
-
-
-def tool_calls_of(message: Message) -> list[dict[str, Any]]:
-    """The ``toolUse`` blocks of a Strands assistant message as chat-template ``tool_calls`` (ids kept)."""
-    return [
-        {
-            "id": use["toolUseId"],
-            "type": "function",
-            "function": {"name": use["name"], "arguments": use["input"]},
-        }
-        for use in (block["toolUse"] for block in message["content"] if "toolUse" in block)
-    ]
-
-
-def tools_system_text(tools: list[dict[str, Any]]) -> str:
-    """The tool schemas as system-prompt text, for templates that render no tools list (DeepSeek-V3.1).
-
-    One JSON schema per line inside ``<tools></tools>``; the model's own call syntax is left to its training.
-    """
-    lines = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
-    return f"## Tools\n\nYou can call the following tools, given as JSON schemas:\n<tools>\n{lines}\n</tools>"
-
-
-def _probe_call() -> dict[str, Any]:
-    return {"id": "call_0", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": {"a": 1}}}
+def _probe_call(json_text: bool) -> dict[str, Any]:
+    arguments = call_arguments({"a": 1}, json_text)
+    return {"id": "call_0", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": arguments}}
 
 
 class PromptEncoder:
@@ -220,6 +93,8 @@ class PromptEncoder:
         tokenizer: A Hugging Face tokenizer with a chat template.
         enable_thinking: Passed to the template (Qwen3, GLM, DeepSeek-V3.1 ...); None leaves the template's default,
             or the family's (:func:`strands_tito.providers.families.template_defaults`: QwQ is rendered with ``True``).
+            A template that reads no ``enable_thinking`` but a ``thinking`` switch (DeepSeek-V3.1's original) gets
+            it under that name.
         end_tokens: Tokens that end an assistant turn (the model's stop tokens and the template's end-of-turn
             tokens). Default: the tokenizer's eos token, the token the template closes an assistant message with,
             and those of :data:`KNOWN_END_TOKENS` the tokenizer has as added tokens.
@@ -239,7 +114,7 @@ class PromptEncoder:
         self.template_kwargs: dict[str, Any] = (
             template_defaults(tokenizer.chat_template)
             if enable_thinking is None
-            else {"enable_thinking": enable_thinking}
+            else {_thinking_switch(tokenizer.chat_template): enable_thinking}
         )
         self._added: dict[int, str] = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
         backend = getattr(tokenizer, "backend_tokenizer", None)
@@ -251,6 +126,8 @@ class PromptEncoder:
             raise PromptError("no end-of-turn token: the tokenizer has no eos token and the template closes none")
         self._end_ids = {i for i, text in self._added.items() if text in self.end_tokens}
         self.tools_in_template = self._lists_tools()
+        #: The template wants a call's arguments as JSON text, not a mapping (found when the encoder is built).
+        self.json_arguments = self._wants_json_arguments()
         self.numbers_calls = False
         self._probe()
 
@@ -314,12 +191,34 @@ class PromptEncoder:
         return tuple(dict.fromkeys(found))
 
     def _lists_tools(self) -> bool:
-        tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "", "parameters": {}}}
+        # A well-formed empty schema: templates read its "properties" (Seed-OSS lists tools as Python signatures).
+        parameters = {"type": "object", "properties": {}}
+        tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "", "parameters": parameters}}
         try:
             text = self.render(_STAND_IN, tools=[tool], add_generation_prompt=True)
         except Exception as e:
             raise PromptError(f"the chat template cannot render a tools list: {type(e).__name__}: {e}") from e
         return _PROBE_TOOL in text
+
+    def _wants_json_arguments(self) -> bool:
+        """Whether the template takes a call's arguments as JSON text rather than a mapping.
+
+        A mapping is the default; JSON text only where the template refuses a mapping or writes it as a Python
+        ``dict`` (it concatenates the arguments as a string: DeepSeek-V3.1's original). A template that takes either
+        form (``tojson`` for a mapping, a string verbatim) renders both the same.
+        """
+
+        def rendered(json_text: bool) -> str | None:
+            assistant = {"role": "assistant", "content": _MARK, "tool_calls": [_probe_call(json_text)]}
+            try:
+                return self.render([*_STAND_IN, assistant], add_generation_prompt=False)
+            except Exception:
+                return None
+
+        as_mapping = rendered(False)
+        if as_mapping is not None and "{'a': 1}" not in as_mapping:
+            return False
+        return rendered(True) is not None
 
     def _probe(self) -> None:
         """Follow one tool round and one new user turn the way an episode would, or fail naming the behaviour."""
@@ -336,7 +235,10 @@ class PromptEncoder:
         ):
             ids = self.continuation([new], previous, stop, behaviour=behaviour)
             if expected not in str(self.tokenizer.decode(ids, skip_special_tokens=False)):
-                raise PromptError(f"the chat template does not render {behaviour} in the text after the stop token")
+                raise PromptError(
+                    f"the chat template does not render {behaviour} in the text after the stop token"
+                    + self._inside_the_turn(previous, new, expected)
+                )
         # Templates that number the calls of the whole conversation themselves and write that number into the result
         # header (the llama.cpp copies of Kimi-K2-Instruct/-Thinking: "## Return of functions.N:IDX") need the earlier
         # calls in the stand-in tail; the others render the same without them.
@@ -348,8 +250,34 @@ class PromptEncoder:
         # (Templates that drop the content of a message with calls, Llama-3.x, are found from the bare stand-in's end,
         # so they never get the earlier calls; their result headers carry no numbers.)
         self.numbers_calls = first != later and _MARK in self.render(
-            [*_STAND_IN, {"role": "assistant", "content": _MARK, "tool_calls": tool_calls_of(calling)}],
+            [
+                *_STAND_IN,
+                {
+                    "role": "assistant",
+                    "content": _MARK,
+                    "tool_calls": tool_calls_of(calling, json_text=self.json_arguments),
+                },
+            ],
             add_generation_prompt=False,
+        )
+
+    def _inside_the_turn(self, previous: Message, new: Message, expected: str) -> str:
+        """Why, when the template writes the new message inside the model's own turn (Gemma-4's tool results)."""
+        calls = tool_calls_of(previous, json_text=self.json_arguments)
+        assistant = {"role": "assistant", "content": _MARK, **({"tool_calls": calls} if calls else {})}
+        text = self.render([*_STAND_IN, assistant, *format_messages([previous, new])[1:]], add_generation_prompt=True)
+        # After the stand-in: Gemma-4 writes the assistant's content after its calls and their results.
+        after = text.removeprefix(self._stand_in_text)
+        position = after.find(expected)
+        ends = [p for t in self.end_tokens if (p := after.find(t)) != -1]
+        if position == -1 or (ends and min(ends) < position):
+            return ""
+        family = next((name for mark, name in _WRITES_INTO_THE_TURN.items() if mark in after[:position]), None)
+        return (
+            f": it writes it inside the model's own turn, with no end-of-turn token before it ({after[:position]!r})"
+            + (f", as {family}'s template does" if family else "")
+            + "; token-in/token-out appends new messages only after the token that ends the model's turn, so this "
+            "template cannot be served"
         )
 
     # -- images ----------------------------------------------------------------------------------------------------
@@ -374,7 +302,7 @@ class PromptEncoder:
             [_STAND_IN[0], {"role": "user", "content": [image, {"type": "text", "text": _PROBE_USER}]}],
             [
                 *_STAND_IN,
-                {"role": "assistant", "content": "x", "tool_calls": [_probe_call()]},
+                {"role": "assistant", "content": "x", "tool_calls": [_probe_call(self.json_arguments)]},
                 {"role": "tool", "tool_call_id": "call_0", "name": _PROBE_TOOL, "content": [image]},
             ],
         )
@@ -430,12 +358,13 @@ class PromptEncoder:
             tools = None
         before = len(images) if images is not None else 0
         formatted = format_messages(messages, system_prompt, images)
-        structured = _with_history_calls(formatted, messages, force=False)
+        json_text = self.json_arguments
+        structured = with_history_calls(formatted, messages, force=False, json_text=json_text)
         try:
             text = self.render(structured, tools=tools, add_generation_prompt=True)
         except Exception as e:
             # Templates that need structured tool_calls before a tool message (gpt-oss): give every earlier call.
-            retry = _with_history_calls(formatted, messages, force=True)
+            retry = with_history_calls(formatted, messages, force=True, json_text=json_text)
             if retry == structured:
                 raise PromptError(f"the chat template cannot render the first prompt: {type(e).__name__}: {e}") from e
             try:
@@ -485,12 +414,12 @@ class PromptEncoder:
         before = len(images) if images is not None else 0
         formatted = format_messages([*history, *new_messages], images=images)[len(history) :]
         assistant: dict[str, Any] = {"role": "assistant", "content": _MARK}
-        calls = tool_calls_of(previous) if previous is not None else []
+        calls = tool_calls_of(previous, json_text=self.json_arguments) if previous is not None else []
         if calls:
             assistant["tool_calls"] = calls
         tail = [*_STAND_IN, assistant, *formatted]
         if earlier_calls and self.numbers_calls:
-            tail = [_STAND_IN[0], *_earlier_calls(earlier_calls), *tail[1:]]
+            tail = [_STAND_IN[0], *_earlier_calls(earlier_calls, self.json_arguments), *tail[1:]]
         try:
             text = self.render(tail, add_generation_prompt=True)
         except Exception as e:
@@ -528,31 +457,27 @@ class PromptEncoder:
         return after[position + len(token) :] if emitted is not None else after[position:]
 
 
-def _with_history_calls(formatted: list[dict[str, Any]], messages: Messages, *, force: bool) -> list[dict[str, Any]]:
-    """Earlier assistant turns of a first prompt with their ``toolUse`` blocks as structured ``tool_calls`` (ids kept).
-
-    An assistant text is the model's raw output, call markup included, so it is rendered verbatim; only a turn whose
-    text names none of its tools (a restored conversation or few-shot history written without the markup) gets its
-    calls structured, or every turn with calls when ``force`` (templates that refuse a tool message without them).
-    """
-    assistants = iter(m for m in messages if m["role"] == "assistant")
-    out: list[dict[str, Any]] = []
-    for entry in formatted:
-        if entry["role"] != "assistant":
-            out.append(entry)
-            continue
-        calls = tool_calls_of(next(assistants))
-        text = entry["content"] if isinstance(entry["content"], str) else ""
-        if calls and (force or not any(c["function"]["name"] in text for c in calls)):
-            entry = {**entry, "tool_calls": calls}
-        out.append(entry)
-    return out
+# The template reads a top-level ``thinking`` variable (not a message's ``message.thinking``).
+_THINKING_VARIABLE: Final = re.compile(r"\{%-?\s*(?:el)?if\s+(?:not\s+)?thinking\b")
 
 
-def _earlier_calls(count: int) -> list[dict[str, Any]]:
+def _thinking_switch(template: Any) -> str:
+    """The name of the template's thinking switch: ``enable_thinking``, or ``thinking`` where the template reads only
+    that (DeepSeek-V3.1's original; llama.cpp's copies map ``enable_thinking`` onto it)."""
+    text = template if isinstance(template, str) else ""
+    if "enable_thinking" not in text and _THINKING_VARIABLE.search(text):
+        return "thinking"
+    return "enable_thinking"
+
+
+def _earlier_calls(count: int, json_text: bool) -> list[dict[str, Any]]:
     """A stand-in user query answered by ``count`` tool calls and their results."""
     calls = [
-        {"id": f"call_{i}", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": {}}}
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": _PROBE_TOOL, "arguments": call_arguments({}, json_text)},
+        }
         for i in range(count)
     ]
     results = [{"role": "tool", "tool_call_id": c["id"], "name": _PROBE_TOOL, "content": "R"} for c in calls]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import logging
 import uuid
 from collections.abc import Sequence
 from typing import Any, ClassVar, cast
@@ -20,15 +21,17 @@ from strands.types.content import Messages
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import checks
-from strands_tito.checks import Missing
+from strands_tito.checks import Missing, WeightVersionSpan
+from strands_tito.errors import GenerationError
 from strands_tito.providers.client import SGLangClient, TokenClient
-from strands_tito.providers.generation import InvalidSampleError
+from strands_tito.providers.generation import InvalidSampleError, weight_versions_of
 from strands_tito.providers.prompt import format_messages
 from strands_tito.providers.reply_checks import triple_logprobs
 from strands_tito.providers.token_model import (
     STATE_KEY,
     Generation,
     GenerationRequest,
+    HistoryConfig,
     HistoryRewrittenError,
     ImagesNotSupportedError,
     TokenAbortedError,
@@ -48,6 +51,9 @@ __all__ = [
     "SGLangModel",
     "SGLangResponseError",
 ]
+
+
+logger = logging.getLogger(__name__)
 
 
 class SGLangResponseError(TokenResponseError):
@@ -88,7 +94,7 @@ class SGLangModel(TokenModel):
         **config: :class:`SGLangConfig` keys.
     """
 
-    class SGLangConfig(BaseModelConfig, total=False):
+    class SGLangConfig(BaseModelConfig, HistoryConfig, total=False):
         """Configuration of :class:`SGLangModel`.
 
         Attributes:
@@ -163,6 +169,18 @@ class SGLangModel(TokenModel):
         encoder renders (see ``strands_tito.providers.prompt``).
         """
         return format_messages(messages, system_prompt)
+
+    async def _context_limit(self) -> int | None:
+        # A speculative server (EAGLE, EAGLE3, MTP) reserves context for draft tokens that /v1/models does not
+        # subtract; fitting max_new_tokens to the full window would get every request refused.
+        limit = await super()._context_limit()
+        if limit is None:
+            return None
+        try:
+            return limit - await self.client.reserved_tokens()
+        except GenerationError as e:
+            logger.warning("error=<%s> | could not read /server_info; will ask again next turn", e)
+            return limit
 
     async def _check_images_supported(self) -> None:
         # /model_info is asked once (cached on success), before the first request that carries images.
@@ -303,6 +321,17 @@ def _checked_header(raw: dict[str, Any], sent: int, expanded: bool) -> tuple[lis
     return output_ids, meta, finish
 
 
+def _weight_versions(
+    meta: dict[str, Any], output_length: int, finish: FinishReason
+) -> tuple[tuple[WeightVersionSpan, ...], str | None]:
+    """Which weights sampled which output tokens (``utils/weight_versions.py:66-107``) and the last version."""
+    version = None if meta.get("weight_version") is None else str(meta["weight_version"])
+    if finish == "abort":
+        return (), version
+    where = "/generate reply's weight_versions"
+    return weight_versions_of(meta.get("weight_versions"), version, output_length, where, SGLangResponseError)
+
+
 def _parse_reply(
     raw: dict[str, Any],
     input_ids: Sequence[int],
@@ -344,6 +373,7 @@ def _parse_reply(
     text = raw.get("text")
     if not isinstance(text, str):
         raise SGLangResponseError("/generate reply has no text")
+    runs, version = _weight_versions(meta, len(output_ids), finish_type)
     latency = meta.get("e2e_latency")
     return Generation(
         output_ids=output_ids,
@@ -356,7 +386,8 @@ def _parse_reply(
         completion_tokens=len(output_ids),
         latency_s=float(latency) if isinstance(latency, int | float) else None,
         request_id=meta.get("id") if isinstance(meta.get("id"), str) else None,
-        weight_version=str(meta["weight_version"]) if meta.get("weight_version") is not None else None,
+        weight_version=version,
+        weight_versions=runs,
         routed_experts=routed,
         source="/generate",
         aborted=str(finish) if finish_type == "abort" else None,

@@ -16,7 +16,6 @@ both live in :mod:`~strands_tito.providers.generation`, re-exported here).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import logging
 import re
@@ -35,7 +34,7 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito.capture.recorder import AgentState, end_trajectory, record_turn
+from strands_tito.capture.recorder import end_trajectory, record_turn
 from strands_tito.errors import (
     ContextLengthError,
     GenerationError,
@@ -45,6 +44,13 @@ from strands_tito.errors import (
 )
 from strands_tito.providers.client import TokenClient
 from strands_tito.providers.config_keys import warn_unknown_config_keys
+from strands_tito.providers.episode import (
+    EpisodeState,
+    HistoryConfig,
+    HistoryRewrittenError,
+    check_history_config,
+    next_prompt,
+)
 from strands_tito.providers.generation import (
     Generation,
     GenerationRequest,
@@ -71,6 +77,7 @@ __all__ = [
     "STATE_KEY",
     "Generation",
     "GenerationRequest",
+    "HistoryConfig",
     "HistoryRewrittenError",
     "ImagesNotSupportedError",
     "TokenAbortedError",
@@ -88,33 +95,10 @@ T = TypeVar("T", bound=BaseModel)
 STATE_KEY = "strands_tito"
 #: Tool names Strands accepts (``strands.tools.tools.validate_tool_use_name``).
 _TOOL_NAME = re.compile(r"[a-zA-Z0-9_\-]{1,64}")
-#: Creation order of per-agent states (``rollout_history`` keeps finished trajectories in that order).
-_STATE_ORDER = itertools.count()
-
-
-class HistoryRewrittenError(GenerationError):
-    """Messages the trajectory already holds were removed or changed (e.g. by a trimming conversation manager).
-
-    Token-in/token-out needs an append-only history; use ``NullConversationManager``.
-    """
 
 
 class ImagesNotSupportedError(GenerationError):
     """The prompt has images but the provider or the served model cannot take them; raised before any request."""
-
-
-class _AgentState(AgentState):
-    """Per-agent trajectory state of a token-in/token-out model (see :class:`~strands_tito.capture.AgentState`)."""
-
-    trajectory: Trajectory
-
-    def __init__(self, epoch: int) -> None:
-        super().__init__(Trajectory())
-        self.epoch = epoch
-        self.order = next(_STATE_ORDER)
-        self.cursor = 0
-        self.last_output_text: str | None = None
-        self.tool_parse_errors: dict[str, int] = {}
 
 
 class TokenModel(Model):
@@ -168,11 +152,11 @@ class TokenModel(Model):
         self.config = dict(defaults)
         self.update_config(**config)
         self._epoch = 0
-        self._default_state = _AgentState(0)
+        self._default_state = EpisodeState(0)
         self._last_state = self._default_state
         self._malformed_calls: dict[str, str] = {}
         self._hooked_agents: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._states: weakref.WeakSet[_AgentState] = weakref.WeakSet({self._default_state})
+        self._states: weakref.WeakSet[EpisodeState] = weakref.WeakSet({self._default_state})
         #: Finished trajectories, appended by :meth:`reset` (strands-sglang 0.6's ``rollout_history``).
         self.rollout_history: list[Trajectory] = []
 
@@ -201,6 +185,7 @@ class TokenModel(Model):
     def update_config(self, **model_config: Any) -> None:
         """Update configuration keys; a key the provider's config type does not define warns (and is kept)."""
         warn_unknown_config_keys(model_config, self.config_type)
+        check_history_config(model_config)
         self.config.update(model_config)
         self._prompt_encoder: PromptEncoder | None = None
         if isinstance(self.tokenizer, PreTrainedTokenizerBase):
@@ -233,6 +218,15 @@ class TokenModel(Model):
         return self._last_state.trajectory
 
     @property
+    def samples(self) -> list[Trajectory]:
+        """The samples of the episode of the agent that used this model last, in order.
+
+        One sample (``[model.trajectory]``) unless the history was rewritten (``on_rewrite="new_sample"``) or a user
+        turn re-rendered (``reasoning_retention="template"``); each is exact, and each generated token is in one.
+        """
+        return self._last_state.samples
+
+    @property
     def token_manager(self) -> Trajectory:
         """Same as :attr:`trajectory` (the seed API's name, supported)."""
         return self._last_state.trajectory
@@ -258,69 +252,69 @@ class TokenModel(Model):
         return self._last_state.tool_parse_errors
 
     def trajectory_of(self, agent: Any) -> Trajectory:
-        """The trajectory of one agent that shares this model with others."""
+        """The trajectory (current sample) of one agent that shares this model with others."""
+        state = self._state_of(agent)
+        return state.trajectory if state is not None else Trajectory()
+
+    def samples_of(self, agent: Any) -> list[Trajectory]:
+        """The samples of one agent's episode (see :attr:`samples`)."""
+        state = self._state_of(agent)
+        return state.samples if state is not None else []
+
+    def _state_of(self, agent: Any) -> EpisodeState | None:
         state = getattr(agent, "_model_state", {}).get(STATE_KEY)
-        return state.trajectory if isinstance(state, _AgentState) and state.epoch == self._epoch else Trajectory()
+        return state if isinstance(state, EpisodeState) and state.epoch == self._epoch else None
 
     def reset(self) -> None:
         """Start a new episode: every agent's next call starts a new trajectory (earlier ones stay as they were).
 
-        The episode's non-empty trajectories are appended to :attr:`rollout_history` (in the order their agents
-        first called the model); it keeps every one until you clear it (``model.rollout_history.clear()``).
+        The episode's samples are appended to :attr:`rollout_history` (agent by agent, in the order the agents first
+        called the model; each agent's samples in order); it keeps every one until you clear it
+        (``model.rollout_history.clear()``).
         Trajectories whose turns went out on spans get their end signal now.
         """
         states = sorted(self._states, key=lambda s: s.order)
-        self.rollout_history.extend(s.trajectory for s in states if s.epoch == self._epoch and len(s.trajectory))
+        self.rollout_history.extend(t for s in states if s.epoch == self._epoch for t in s.samples)
         for state in states:
             end_trajectory(state.trajectory, "reset")
         self._epoch += 1
-        self._default_state = _AgentState(self._epoch)
+        self._default_state = EpisodeState(self._epoch)
         self._last_state = self._default_state
         self._states.add(self._default_state)
 
     # -- Strands Model API -----------------------------------------------------------------------------------------
 
-    def _state(self, model_state: dict[str, Any] | None) -> _AgentState:
+    def _state(self, model_state: dict[str, Any] | None) -> EpisodeState:
         if model_state is None:
             state = self._default_state
         else:
             found = model_state.get(STATE_KEY)
-            state = found if isinstance(found, _AgentState) and found.epoch == self._epoch else _AgentState(self._epoch)
+            state = (
+                found if isinstance(found, EpisodeState) and found.epoch == self._epoch else EpisodeState(self._epoch)
+            )
             model_state[STATE_KEY] = state
         if state.epoch != self._epoch:
-            state = self._default_state = _AgentState(self._epoch)
+            state = self._default_state = EpisodeState(self._epoch)
         self._states.add(state)
         return state
 
     def _prompt_ids(
         self,
-        state: _AgentState,
+        state: EpisodeState,
         messages: Messages,
         tool_specs: list[ToolSpec] | None,
         system_prompt: str | None,
         images: list[str],
     ) -> list[int]:
-        trajectory = state.trajectory
-        if not trajectory.turns:
-            return self._prompts.first_prompt(
-                messages, tool_specs, system_prompt, images, format_tools=self.format_tool_specs
-            )
-        cursor = state.cursor
-        previous = messages[cursor - 1] if 0 < cursor <= len(messages) else None
-        if previous is None or previous["role"] != "assistant" or _plain_text(previous) != state.last_output_text:
-            raise HistoryRewrittenError(
-                f"the agent's history no longer holds the model's last message at index {cursor - 1} "
-                f"({len(messages)} messages now); strands-tito needs an append-only history "
-                "(use NullConversationManager)"
-            )
-        # Only templates that number calls themselves (Kimi-K2) need the count; it walks the whole history.
-        earlier = (
-            sum(1 for m in messages[: cursor - 1] if m["role"] == "assistant" for b in m["content"] if "toolUse" in b)
-            if self._prompts.numbers_calls
-            else 0
-        )
-        return self._prompts.continuation(
-            messages[cursor:], previous, trajectory.token_ids, earlier_calls=earlier, images=images
+        return next_prompt(
+            state,
+            self._prompts,
+            self.config,
+            messages,
+            tool_specs,
+            system_prompt,
+            images,
+            format_tools=self.format_tool_specs,
         )
 
     async def _context_limit(self) -> int | None:
@@ -378,7 +372,7 @@ class TokenModel(Model):
         for event in self._turn_events(state, reply, len(request.input_ids), calls, reasoning, answer):
             yield event
 
-    def _enter(self, model_state: dict[str, Any] | None, invocation_state: dict[str, Any] | None) -> _AgentState:
+    def _enter(self, model_state: dict[str, Any] | None, invocation_state: dict[str, Any] | None) -> EpisodeState:
         """The calling agent's state (now :attr:`trajectory`); hooks the agent once to cancel malformed calls."""
         state = self._state(model_state)
         self._last_state = state
@@ -390,7 +384,7 @@ class TokenModel(Model):
 
     async def _turn_request(
         self,
-        state: _AgentState,
+        state: EpisodeState,
         messages: Messages,
         tool_specs: list[ToolSpec] | None,
         system_prompt: str | None,
@@ -398,8 +392,8 @@ class TokenModel(Model):
         cancel_signal: threading.Event | None,
     ) -> tuple[GenerationRequest, list[int]]:
         """The turn's request (its token cap fitted to the context window) and its new prompt tokens."""
-        trajectory = state.trajectory
         prompt_ids = self._prompt_ids(state, messages, tool_specs, system_prompt, new_images)
+        trajectory = state.trajectory  # a new sample when the prompt started one
         image_data = [*trajectory.image_data, *new_images]
         if image_data:
             await self._check_images_supported()
@@ -447,7 +441,7 @@ class TokenModel(Model):
 
     def _record(
         self,
-        state: _AgentState,
+        state: EpisodeState,
         messages: Messages,
         tool_specs: list[ToolSpec] | None,
         request: GenerationRequest,
@@ -458,8 +452,7 @@ class TokenModel(Model):
         """Append the turn to the trajectory, put it on the current span; return its tool calls, reasoning, answer."""
         if reply.finish_reason == "abort":
             raise self.aborted_error(f"generation aborted by the server: {reply.aborted}")
-        trajectory = state.trajectory
-        text = reply.text
+        trajectory, text = state.trajectory, reply.text
         try:
             turn = trajectory.append_turn(
                 prompt_ids,
@@ -473,6 +466,7 @@ class TokenModel(Model):
                 latency_s=reply.latency_s,
                 request_id=reply.request_id,
                 weight_version=reply.weight_version,
+                weight_versions=reply.weight_versions,
                 routed_experts=reply.routed_experts,
                 routed_experts_layout=reply.routed_experts_layout,
                 top_p=reply.top_p,
@@ -481,7 +475,7 @@ class TokenModel(Model):
             )
         except TrajectoryError as e:
             raise self.response_error(f"{reply.source} reply cannot be recorded: {e}") from e
-        state.cursor = len(messages) + 1
+        state.hold(messages)
         parser = self.tool_parser
         if parser.name == "gpt_oss":  # harmony: analysis messages are the reasoning, final messages the answer
             reasoning, answer = split_harmony(text)
@@ -503,7 +497,7 @@ class TokenModel(Model):
 
     def _turn_events(
         self,
-        state: _AgentState,
+        state: EpisodeState,
         reply: Generation,
         input_tokens: int,
         calls: list[ToolCall],
@@ -545,7 +539,7 @@ class TokenModel(Model):
         token = self._prompts.image_token
         return None if token is None else self._prompts.token_id(token)
 
-    def _tool_use_events(self, state: _AgentState, call: ToolCall) -> list[StreamEvent]:
+    def _tool_use_events(self, state: EpisodeState, call: ToolCall) -> list[StreamEvent]:
         # A malformed call keeps the name the model wrote, so per-tool metrics (Strands' and strands-env's
         # parse_errors) count it under that tool; the agent's hook cancels it before it runs (the model sees why).
         # A name Strands would refuse before the hook runs is reported as UNKNOWN_TOOL_NAME.
@@ -594,7 +588,3 @@ class TokenModel(Model):
         if reply is None or reply.finish_reason == "abort":
             raise self.aborted_error("structured output generation aborted by the server")
         yield {"output": output_model.model_validate_json(reply.text)}
-
-
-def _plain_text(message: Any) -> str:
-    return "".join(block["text"] for block in message["content"] if "text" in block)

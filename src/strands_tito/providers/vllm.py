@@ -32,13 +32,15 @@ import orjson
 from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
+from strands_tito.checks import WeightVersionSpan
 from strands_tito.errors import ContextLengthError, ReplyDecodingError, ServerHTTPError
 from strands_tito.providers.client import TokenClient, until_cancelled
-from strands_tito.providers.generation import InvalidSampleError
+from strands_tito.providers.generation import InvalidSampleError, weight_versions_of
 from strands_tito.providers.reply_checks import finite_logprobs, keyed_logprobs
 from strands_tito.providers.token_model import (
     Generation,
     GenerationRequest,
+    HistoryConfig,
     ImagesNotSupportedError,
     TokenAbortedError,
     TokenModel,
@@ -98,7 +100,7 @@ class VLLMEndpointError(ServerHTTPError):
     """The server refuses or lacks the endpoint the configuration needs; the message names the vLLM flag to add."""
 
 
-class VLLMConfig(BaseModelConfig, total=False):
+class VLLMConfig(BaseModelConfig, HistoryConfig, total=False):
     """Configuration of :class:`VLLMModel`.
 
     Attributes:
@@ -320,6 +322,8 @@ class VLLMModel(TokenModel):
             "return_token_ids": True,
             # With logprobs, older servers without return_token_ids still identify each token ("token_id:N").
             "return_tokens_as_token_ids": True,
+            # vLLM 0.33 (completion/protocol.py:182-189); older servers ignore it.
+            "return_weight_versions": True,
             "stream": False,
         }
         payload.setdefault("logprobs", 0)
@@ -378,6 +382,13 @@ class VLLMModel(TokenModel):
         if finish == "stop" and matched is None and output_ids:
             matched = output_ids[-1]
         request_id = raw.get("request_id") or raw.get("id")
+        runs: tuple[WeightVersionSpan, ...] = ()
+        version = None
+        if finish != "abort":  # vllm/outputs.py:49-56: output tokens [start, end) sampled under version
+            where = f"{source} reply's weight_versions"
+            runs, version = weight_versions_of(
+                choice.get("weight_versions"), None, len(output_ids), where, VLLMResponseError
+            )
         return Generation(
             output_ids=output_ids,
             output_logprobs=reply.output_logprobs,
@@ -390,7 +401,8 @@ class VLLMModel(TokenModel):
             completion_tokens=len(output_ids),
             latency_s=latency,
             request_id=request_id if isinstance(request_id, str) else None,
-            weight_version=_weight_version(choice.get("weight_versions")),
+            weight_version=version,
+            weight_versions=runs,
             routed_experts=None,
             source=source,
             aborted=f"finish_reason={choice.get('finish_reason')!r}" if finish == "abort" else None,
@@ -579,14 +591,3 @@ def _prompt_logprobs_at_once(entries: list[Any], ids: Sequence[int]) -> list[Any
         return None
     head: list[Any] = [None] * nulls
     return head + _floor_as_missing(list(map(dict.get, found, itertools.repeat("logprob"))))
-
-
-def _weight_version(spans: Any) -> str | None:
-    if not isinstance(spans, list):
-        return None
-    versions: list[str] = []
-    for span in spans:
-        version = span.get("version") if isinstance(span, dict) else None
-        if version is not None and str(version) not in versions:
-            versions.append(str(version))
-    return ",".join(versions) if versions else None

@@ -16,6 +16,10 @@ registry name      models                                       class
 ``gpt_oss``        gpt-oss (harmony)                            :class:`GptOssToolParser`
 ``llama3_json``    Llama 3.1, 3.2, 3.3                          :class:`Llama3JsonToolParser`
 ``minimax_m2``     MiniMax-M2                                   :class:`MiniMaxM2ToolParser`
+``deepseek_v32``   DeepSeek-V3.2 (DSML)                         :class:`DeepSeekV32ToolParser`
+``deepseek_v4``    DeepSeek-V4 (DSML)                           :class:`DeepSeekV4ToolParser`
+``mistral``        Mistral-Small, Devstral, Magistral           :class:`MistralToolParser`
+``seed_oss``       ByteDance Seed-OSS                           :class:`SeedOSSToolParser`
 =================  ===========================================  =============================
 
 ``get_tool_parser("auto", tokenizer=...)`` (and :func:`detect_tool_parser`) picks the parser from the tokenizer's
@@ -32,10 +36,13 @@ from strands_tito.errors import StrandsTitoError
 from strands_tito.providers.tool_parsers.base import UNKNOWN_TOOL_NAME, ToolCall, ToolParser, new_call_id
 from strands_tito.providers.tool_parsers.detect import ToolParserDetectionError, detect_tool_parser, foreign_markup
 from strands_tito.providers.tool_parsers.detect import warn_foreign_markup as _warn_foreign_markup
+from strands_tito.providers.tool_parsers.dsml import DeepSeekV4ToolParser, DeepSeekV32ToolParser
 from strands_tito.providers.tool_parsers.harmony import GptOssToolParser
 from strands_tito.providers.tool_parsers.hermes import HermesToolParser
 from strands_tito.providers.tool_parsers.llama import Llama3JsonToolParser
+from strands_tito.providers.tool_parsers.mistral import MistralToolParser
 from strands_tito.providers.tool_parsers.sections import DeepSeekV31ToolParser, KimiK2ToolParser
+from strands_tito.providers.tool_parsers.seed_oss import SeedOSSToolParser
 from strands_tito.providers.tool_parsers.xml import GLMToolParser, MiniMaxM2ToolParser, QwenXMLToolParser
 
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
@@ -49,6 +56,10 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
         GptOssToolParser,
         Llama3JsonToolParser,
         MiniMaxM2ToolParser,
+        DeepSeekV32ToolParser,
+        DeepSeekV4ToolParser,
+        MistralToolParser,
+        SeedOSSToolParser,
     )
 }
 
@@ -57,7 +68,8 @@ def register_tool_parser[P: type[ToolParser]](name: str) -> Callable[[P], P]:
     """Class decorator: make a parser available as ``get_tool_parser(name)`` and ``SGLangModel(tool_parser=name)``."""
 
     def register(parser: P) -> P:
-        parser.name = name
+        if "name" not in vars(parser):  # a new class takes the name; a parser registered again keeps its own
+            parser.name = name
         TOOL_PARSERS[name] = parser
         return parser
 
@@ -103,14 +115,18 @@ def warn_foreign_markup(parser: ToolParser, text: str) -> list[str]:
 __all__ = [
     "TOOL_PARSERS",
     "UNKNOWN_TOOL_NAME",
+    "DeepSeekV4ToolParser",
     "DeepSeekV31ToolParser",
+    "DeepSeekV32ToolParser",
     "GLMToolParser",
     "GptOssToolParser",
     "HermesToolParser",
     "KimiK2ToolParser",
     "Llama3JsonToolParser",
     "MiniMaxM2ToolParser",
+    "MistralToolParser",
     "QwenXMLToolParser",
+    "SeedOSSToolParser",
     "ToolCall",
     "ToolParser",
     "ToolParserDetectionError",

@@ -44,6 +44,10 @@ _TEMPLATE_MARKS: dict[str, Callable[[str], bool]] = {
     "gpt_oss": _has("<|channel|>", "<|call|>", "to="),
     "llama3_json": _has("<|start_header_id|>", '"parameters": '),
     "minimax_m2": _has("<minimax:tool_call>", "<invoke name="),
+    "deepseek_v32": _has("｜DSML｜", "'function_calls>"),
+    "deepseek_v4": _has("｜DSML｜", "'tool_calls>"),
+    "mistral": _has("[TOOL_CALLS]", "[ARGS]"),
+    "seed_oss": _has("<seed:tool_call>", "<function="),
 }
 
 # Special tokens only one family's vocabulary has. Qwen's <tool_call> is shared by hermes and qwen_xml models, so
@@ -55,6 +59,8 @@ _TOKEN_MARKS: dict[str, tuple[str, ...]] = {
     "gpt_oss": ("<|call|>", "<|channel|>"),
     "llama3_json": ("<|python_tag|>",),
     "minimax_m2": ("<minimax:tool_call>",),
+    "mistral": ("[TOOL_CALLS]", "[ARGS]"),
+    "seed_oss": ("<seed:tool_call>",),
 }
 
 

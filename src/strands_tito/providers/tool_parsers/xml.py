@@ -103,6 +103,8 @@ class QwenXMLToolParser(TaggedCallParser):
     name = "qwen_xml"
     stop_tokens: ClassVar[tuple[str, ...]] = ("<|im_end|>", "<|endoftext|>")
     markup: ClassVar[re.Pattern[str]] = re.compile(r"<tool_call>\s*<function=|<function=[^>\n]+>\s*<parameter=")
+    #: The template writes a newline after ``<parameter=P>`` and before ``</parameter>`` (Seed-OSS writes none).
+    value_newlines: ClassVar[bool] = True
 
     def parse_body(self, index: int, body: str, raw: str, specs: dict[str, ToolSpec]) -> ToolCall:
         scan = _ElementScanner(body)
@@ -133,7 +135,7 @@ class QwenXMLToolParser(TaggedCallParser):
             if key in arguments:
                 return self.error(index, f"parameter {key!r} given twice", raw, name)
             # The template's own newlines around the value are markup, not data.
-            text = value.removeprefix("\n").removesuffix("\n")
+            text = value.removeprefix("\n").removesuffix("\n") if self.value_newlines else value
             arguments[key] = typed_value(text, properties.get(key), python_booleans=True)
         return ToolCall(id=new_call_id(index), name=name, input=arguments, raw=raw)
 

@@ -1,0 +1,58 @@
+"""The reference chat template of each family for the tests: its Hugging Face original where one was found.
+
+``tests/data/templates/manifest.json`` records, per family, where its reference template comes from: the original,
+vendored beside the manifest with its source (repository, commit, path) and sha256, or llama.cpp's copy in the
+llama-cpp-python sdist, pinned by sha256. ``tests/test_template_provenance.py`` checks every hash.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedTokenizerFast
+
+from strands_tito.chat_templates import real_chat_template
+from strands_tito.providers.families import family_tokenizer
+
+TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
+
+
+@functools.cache
+def manifest() -> dict[str, Any]:
+    """The provenance of each family's reference template (``families`` by family name)."""
+    loaded: dict[str, Any] = json.loads((TEMPLATES / "manifest.json").read_text(encoding="utf-8"))
+    return loaded
+
+
+def reference_template(name: str) -> str:
+    """The family's reference template: the vendored original, else llama.cpp's copy from the sdist."""
+    entry = manifest()["families"][name]
+    if entry["reference"] == "original":
+        return (TEMPLATES / entry["original"]["file"]).read_text(encoding="utf-8")
+    return real_chat_template(entry["llama_cpp_copy"]["file"])
+
+
+def json_text_arguments(name: str) -> bool:
+    """Whether the family's reference template takes a call's arguments as JSON text (else a mapping)."""
+    return bool(manifest()["families"][name]["arguments"] == "json_text")
+
+
+def thinking_switch(name: str) -> str:
+    """The name of the reference template's thinking variable (``enable_thinking`` unless the manifest says)."""
+    return str(manifest()["families"][name].get("thinking_switch", "enable_thinking"))
+
+
+@functools.cache
+def reference_tokenizer(name: str) -> PreTrainedTokenizerFast:
+    """The family's tokenizer (:func:`family_tokenizer`) with its reference template. Treat as read-only."""
+    tokenizer = family_tokenizer(name)
+    template = reference_template(name)
+    if tokenizer.chat_template == template:
+        return tokenizer
+    tokenizer = copy.deepcopy(tokenizer)
+    tokenizer.chat_template = template
+    return tokenizer
