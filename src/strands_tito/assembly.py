@@ -173,6 +173,10 @@ class TrajectoryAssembler:
         """Trajectories waiting for more spans."""
         return len(self._pending)
 
+    def is_open(self, trajectory_id: str) -> bool:
+        """Whether spans of this trajectory are held, waiting for the rest."""
+        return trajectory_id in self._pending
+
     def add(
         self, span: Decoded, *, trace_id: str | None = None, resource: Mapping[str, Any] | None = None
     ) -> list[TrajectoryRecord]:
