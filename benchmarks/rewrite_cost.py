@@ -1,4 +1,4 @@
-"""What a rewritten history costs: the turn that starts a new sample re-renders once, the turns between stay incremental.
+"""What a rewritten history costs: the turn starting a new sample re-renders once, the turns between stay incremental.
 
 An episode of tool rounds (Qwen3 vocabulary, hermes calls, ~200-token tool results) is built turn by turn through the
 provider's own prompt step (:func:`strands_tito.providers.episode.next_prompt`), then timed at each context size:
@@ -62,36 +62,39 @@ def cpu_ms(work: Callable[[], object]) -> float:
     return statistics.median(samples)
 
 
+def measure(encoder: PromptEncoder, tokens: int) -> str:
+    """One table row: the timings at a context of about ``tokens`` tokens."""
+    state, messages = episode(encoder, tokens)
+    # Each timed call leaves the state unchanged: an extending turn records nothing here, and the rewrite runs on a
+    # copy whose closed sample is discarded.
+    append = cpu_ms(lambda: next_prompt(state, encoder, {}, messages, [SPEC], "S", []))
+    check = cpu_ms(lambda: state.holds(messages))
+    cursor = state.cursor
+    continuation = cpu_ms(
+        lambda: encoder.continuation(messages[cursor:], messages[cursor - 1], state.trajectory.token_ids, images=[])
+    )
+    trimmed = [messages[0], *messages[3:]]  # the oldest round dropped, as a sliding window does
+
+    def rewrite() -> None:
+        copy = EpisodeState(0)
+        copy.trajectory, copy.cursor, copy.held = state.trajectory, state.cursor, state.held
+        copy.last_output_text = state.last_output_text
+        next_prompt(copy, encoder, {}, trimmed, [SPEC], "S", [])
+
+    rewritten = cpu_ms(rewrite)
+    return (
+        f"| {len(state.trajectory):,} | {len(messages)} | {append:.2f} | {check:.3f} | {continuation:.2f} "
+        f"| {rewritten:.1f} |"
+    )
+
+
 def main() -> None:
     encoder = PromptEncoder(build_qwen3_tokenizer())
     print(f"Machine: {describe()}\n")
-    print(
-        "| context tokens | messages | append turn (ms) | of which the check (ms) | continuation alone (ms) | rewrite turn (ms) |"
-    )
+    print("| context tokens | messages | append turn (ms) | check (ms) | continuation alone (ms) | rewrite turn (ms) |")
     print("|---|---|---|---|---|---|")
     for tokens in (2_000, 8_000, 32_000, 64_000):
-        state, messages = episode(encoder, tokens)
-        # Each timed call leaves the state unchanged: an extending turn records nothing here, and the rewrite runs on
-        # a copy whose closed sample is discarded.
-        append = cpu_ms(lambda: next_prompt(state, encoder, {}, messages, [SPEC], "S", []))
-        check = cpu_ms(lambda: state.holds(messages))
-        cursor = state.cursor
-        continuation = cpu_ms(
-            lambda: encoder.continuation(messages[cursor:], messages[cursor - 1], state.trajectory.token_ids, images=[])
-        )
-        trimmed = [messages[0], *messages[3:]]  # the oldest round dropped, as a sliding window does
-
-        def rewrite() -> None:
-            copy = EpisodeState(0)
-            copy.trajectory, copy.cursor, copy.held = state.trajectory, state.cursor, state.held
-            copy.last_output_text = state.last_output_text
-            next_prompt(copy, encoder, {}, trimmed, [SPEC], "S", [])
-
-        rewritten = cpu_ms(rewrite)
-        print(
-            f"| {len(state.trajectory):,} | {len(messages)} | {append:.2f} | {check:.3f} | {continuation:.2f} "
-            f"| {rewritten:.1f} |"
-        )
+        print(measure(encoder, tokens))
 
 
 if __name__ == "__main__":
