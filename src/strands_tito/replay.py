@@ -38,6 +38,7 @@ __all__ = [
     "decode_compact_routing",
     "decode_routed_experts",
     "decode_top_p",
+    "npy_rows",
     "replay_attributes",
     "routed_experts_dtype",
     "routing_npy",
@@ -240,3 +241,29 @@ def decode_routed_experts(
             "(one per position but the last): seq_len, num_layers or top_k does not match the data"
         )
     return np.frombuffer(buffer, dtype="<i4").astype(np.int32).reshape(rows, num_layers, top_k)
+
+
+def npy_rows(
+    choice: Mapping[str, Any], wanted: bool, tokens: int, recorded: int, error: type[Exception]
+) -> tuple[str | None, tuple[int, int, int] | None]:
+    """A turn's routing from vLLM's ``choice["routed_experts"]`` (base64 ``.npy``, ``(tokens - 1, layers, top_k)`` over
+    the whole sequence), when ``wanted``: its rows from ``recorded - 1`` on as base64 int32 (the form a trajectory
+    keeps), and the layout (the array's, the expert count bounded by its dtype); ``(None, None)`` when not wanted.
+    Anything else raises ``error``."""
+    if not wanted:
+        return None, None
+    value = choice.get("routed_experts")
+    if not isinstance(value, str):
+        raise error(
+            "routed experts were requested but the reply has none (start vLLM with --enable-return-routed-experts)"
+        )
+    try:
+        array = np.load(io.BytesIO(base64.b64decode(value, validate=True)), allow_pickle=False)
+    except ValueError as e:
+        raise error(f"routed_experts is not a base64 .npy: {e}") from None
+    if array.ndim != 3 or array.shape[0] != tokens - 1 or array.dtype.kind not in "ui":
+        raise error(f"routed_experts has shape {array.shape} ({array.dtype}); {tokens - 1} rows needed")
+    bound = 2 ** (8 * array.dtype.itemsize) if array.dtype.kind == "u" else 2**31 - 1
+    rows = array[max(0, recorded - 1) :].astype("<i4")
+    layout = (int(array.shape[1]), int(array.shape[2]), min(bound, 2**31 - 1))
+    return base64.b64encode(rows.tobytes()).decode("ascii"), layout

