@@ -18,7 +18,7 @@ accepts, and a value the collector would refuse is refused at the provider, with
 
 Each function takes ``error``, the exception type (or factory) the caller raises, so each layer keeps its own error
 type. The array forms run as a few C-level passes (``array``, ``sum``, numpy) and fall back to a per-entry loop only
-to name the first bad value. Bottom layer: imports nothing of the project above :mod:`strands_tito.errors`.
+to name the first bad value. Bottom layer: imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ __all__ = [
     "logprob_array",
     "logprob_value",
     "logprobs",
+    "parse_json_spans",
     "routed_expert_rows",
     "token_id_array",
     "token_ids",
@@ -71,7 +72,7 @@ _NONE = type(None)
 _NUMBER_KINDS = frozenset({float, int, _NONE})
 _FLOAT_OR_NONE = frozenset({float, _NONE})
 _NAN_F4 = np.array([np.nan], dtype="<f4").tobytes()
-# Below this many values a plain loop is cheaper than setting up numpy arrays (a short reply: ~20 tokens).
+# Up to this many values, a Python ``sum`` checks packed values more cheaply than numpy (a reply: ~20 tokens).
 _SMALL = 64
 
 
