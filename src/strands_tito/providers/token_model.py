@@ -276,7 +276,8 @@ class TokenModel(Model):
         states = sorted(self._states, key=lambda s: s.order)
         self.rollout_history.extend(t for s in states if s.epoch == self._epoch for t in s.samples)
         for state in states:
-            end_trajectory(state.trajectory, "reset")
+            for sample in [*state.closed, state.trajectory]:
+                end_trajectory(sample, "reset")
         self._epoch += 1
         self._default_state = EpisodeState(self._epoch)
         self._last_state = self._default_state
