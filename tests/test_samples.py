@@ -264,8 +264,10 @@ async def test_capture_records_one_row_per_sample(start_engine, qwen3, memory) -
     # sample, all of one episode, numbered in order, each equal to its sample; an episode reward (and an agent's
     # reward) reaches every sample.
     from strands_tito import capture
+    from strands_tito.providers.slime import samples_for_agents
 
     from .test_capture import assemble, assert_same, from_memory
+    from .test_slime_helpers import Sample
 
     engine = stepping_engine(start_engine, qwen3, 12)
     model = make_model(engine, qwen3)
@@ -280,6 +282,12 @@ async def test_capture_records_one_row_per_sample(start_engine, qwen3, memory) -
     await agent.invoke_async("Do the task step by step.")
     samples = model.samples
     assert len(samples) > 2
+    # slime: one Sample per sample, sharing the rollout id (taken while the episode is open).
+    base = Sample(index=4, group_index=1, prompt="Do the task step by step.")
+    filled = samples_for_agents(base, samples)
+    assert [f.metadata["sample_index"] for f in filled] == list(range(len(samples)))
+    assert len({f.metadata["rollout_id"] for f in filled}) == 1 and filled[0].metadata["rollout_id"]
+    assert [f.tokens for f in filled] == [s.token_ids for s in samples]
     capture.record_reward(1.0, agent=agent, episode=True)
     capture.record_reward(0.5, agent=agent)
     model.reset()  # the episode ends: every sample's end signal

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import base64
 import io
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from strands_tito import checks
 from strands_tito.errors import StrandsTitoError
 
 ROUTED_EXPERTS_COMPACT = "tito.routed_experts.compact"
@@ -33,8 +33,6 @@ TOP_P_OFFSETS = "tito.top_p.offsets"
 
 __all__ = [
     "ReplayDataError",
-    "check_routing_layout",
-    "check_top_p",
     "decode_compact_routing",
     "decode_routed_experts",
     "decode_top_p",
@@ -74,24 +72,6 @@ def routed_experts_dtype(num_experts: int) -> str:
     return "<i4"
 
 
-def check_routing_layout(
-    raw: bytes, rows: int, layout: tuple[int, int, int], error: type[Exception] = ReplayDataError
-) -> None:
-    """Int32 routing ``raw`` for ``rows`` positions: exactly ``rows x num_layers x top_k`` ids below ``num_experts``
-    (else ``error``)."""
-    num_layers, top_k, num_experts = layout
-    if not (num_layers >= 1 and 1 <= top_k <= num_experts):
-        raise error(f"routed_experts_layout {layout} is not (layers >= 1, 1 <= top_k <= experts)")
-    if len(raw) != 4 * max(rows, 0) * num_layers * top_k:
-        raise error(
-            f"routed_experts has {len(raw)} bytes; {rows} rows of {num_layers}x{top_k} int32 need "
-            f"{4 * max(rows, 0) * num_layers * top_k}"
-        )
-    values = np.frombuffer(raw, dtype="<i4")
-    if values.size and (values.min() < 0 or values.max() >= num_experts):
-        raise error(f"routed_experts holds an expert id outside [0, {num_experts})")
-
-
 def routing_npy(turns: Sequence[_TurnReplay]) -> str | None:
     """Every turn's routing joined into base64 of a ``.npy`` of shape ``(len - 1, num_layers, top_k)`` in
     :func:`routed_experts_dtype` (the form vLLM returns and Agent Lightning's trainer reads); None unless every turn
@@ -105,21 +85,6 @@ def routing_npy(turns: Sequence[_TurnReplay]) -> str | None:
     buffer = io.BytesIO()
     np.save(buffer, values.reshape(-1, num_layers, top_k).astype(routed_experts_dtype(num_experts)))
     return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def check_top_p(
-    top_p: tuple[Sequence[int], Sequence[int]], outputs: int, error: type[Exception] = ReplayDataError
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A turn's top-p sets, checked (else ``error``): int32 token ids, ``outputs + 1`` offsets rising from 0 to the
-    number of ids."""
-    ids, offsets = (list(part) for part in top_p)
-    if not all(type(v) is int and 0 <= v < 2**31 for v in (*ids, *offsets)):
-        raise error("top_p: token ids and offsets must be non-negative int32 integers")
-    if len(offsets) != outputs + 1:
-        raise error(f"top_p: {len(offsets)} offsets for {outputs} output tokens, not {outputs + 1}")
-    if offsets[0] != 0 or offsets[-1] != len(ids) or any(b < a for a, b in itertools.pairwise(offsets)):
-        raise error("top_p: offsets must rise from 0 to the number of token ids")
-    return tuple(ids), tuple(offsets)
 
 
 def top_p_rows(turns: Sequence[_TurnReplay]) -> tuple[list[int], list[int]] | None:
@@ -165,22 +130,14 @@ def decode_compact_routing(attributes: Mapping[str, Any], rows: int) -> tuple[by
     layout = attributes.get(ROUTED_EXPERTS_LAYOUT)
     if not isinstance(raw, bytes):
         raise ReplayDataError(f"{ROUTED_EXPERTS_COMPACT} must be bytes")
-    if not (isinstance(layout, list | tuple) and len(layout) == 3 and all(type(v) is int for v in layout)) or not (
-        1 <= layout[0] <= 4096 and 1 <= layout[1] <= layout[2] <= 2**31 - 1
-    ):
-        raise ReplayDataError(f"{ROUTED_EXPERTS_LAYOUT} must be [num_layers, top_k, num_experts], top_k <= experts")
-    num_layers, top_k, num_experts = layout
-    dtype = np.dtype(routed_experts_dtype(num_experts))
-    expected = max(rows, 0) * num_layers * top_k * dtype.itemsize
-    if len(raw) != expected:
-        raise ReplayDataError(
-            f"{ROUTED_EXPERTS_COMPACT} has {len(raw)} bytes; {rows} rows of {num_layers}x{top_k} {dtype.name} "
-            f"need {expected}"
-        )
-    values = np.frombuffer(raw, dtype=dtype)
-    if values.size and (int(values.min()) < 0 or int(values.max()) >= num_experts):
-        raise ReplayDataError(f"{ROUTED_EXPERTS_COMPACT} holds an expert id outside [0, {num_experts})")
-    return values.astype("<i4").tobytes(), (num_layers, top_k, num_experts)
+    if not (isinstance(layout, list | tuple) and len(layout) == 3 and all(type(v) is int for v in layout)):
+        raise ReplayDataError(f"{ROUTED_EXPERTS_LAYOUT} must be [num_layers, top_k, num_experts]")
+    dtype = np.dtype(routed_experts_dtype(max(layout[2], 1)))
+    if len(raw) % dtype.itemsize:
+        raise ReplayDataError(f"{ROUTED_EXPERTS_COMPACT} is not whole {dtype.name} values")
+    int32_rows = np.frombuffer(raw, dtype=dtype).astype("<i4").tobytes()
+    checks.routing_layout(int32_rows, rows, tuple(layout), ROUTED_EXPERTS_COMPACT, ReplayDataError)
+    return int32_rows, (layout[0], layout[1], layout[2])
 
 
 def _int32_array(value: Any, key: str) -> Any:
@@ -192,20 +149,15 @@ def _int32_array(value: Any, key: str) -> Any:
 
 
 def decode_top_p(attributes: Mapping[str, Any], outputs: int) -> tuple[list[int], list[int]] | None:
-    """A turn's top-p sets ``(token_ids, offsets)``: both attributes or neither, ``outputs + 1`` row ends."""
+    """A turn's top-p sets ``(token_ids, offsets)``: both attributes or neither (rules: :func:`checks.top_p_sets`)."""
     if TOP_P_IDS not in attributes and TOP_P_OFFSETS not in attributes:
         return None
     if TOP_P_IDS not in attributes or TOP_P_OFFSETS not in attributes:
         raise ReplayDataError(f"{TOP_P_IDS} and {TOP_P_OFFSETS} go together")
-    ids = _int32_array(attributes[TOP_P_IDS], TOP_P_IDS)
-    offsets = _int32_array(attributes[TOP_P_OFFSETS], TOP_P_OFFSETS)
-    if ids.size and ids.min() < 0:
-        raise ReplayDataError(f"{TOP_P_IDS}: negative token id")
-    if len(offsets) != outputs + 1 or offsets[0] != 0 or offsets[-1] != len(ids) or (np.diff(offsets) < 0).any():
-        raise ReplayDataError(f"{TOP_P_OFFSETS} must be {outputs + 1} non-decreasing row ends from 0 to {len(ids)}")
-    id_list: list[int] = ids.tolist()
-    offset_list: list[int] = offsets.tolist()
-    return id_list, offset_list
+    ids = _int32_array(attributes[TOP_P_IDS], TOP_P_IDS).tolist()
+    offsets = _int32_array(attributes[TOP_P_OFFSETS], TOP_P_OFFSETS).tolist()
+    checked_ids, checked_offsets = checks.top_p_sets(ids, offsets, outputs, "tito.top_p", ReplayDataError)
+    return list(checked_ids), list(checked_offsets)
 
 
 def decode_routed_experts(
