@@ -182,6 +182,15 @@ class Trajectory:
     images: list[str] = field(default_factory=list, repr=False)
     """Every turn's images in prompt order (:attr:`image_data`); grown only by :meth:`append_turn`."""
 
+    def __post_init__(self) -> None:
+        # Lists given to the constructor (strands-sglang 0.6's ``Rollout(token_ids=...)``) would skip every check.
+        n = len(self.token_ids)
+        if len(self.loss_mask) != n or len(self.logprobs) != n or len(self.packed_ids) != 4 * n:
+            raise TrajectoryError(
+                "a Trajectory grows through append_turn / add_prompt / add_response; "
+                "Trajectory.model_validate(fields) builds one from its fields"
+            )
+
     def __len__(self) -> int:
         return len(self.token_ids)
 
