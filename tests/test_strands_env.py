@@ -39,7 +39,8 @@ from strands_tito.trajectory import Trajectory
 
 from .conftest import assert_matches_engine, generate_records
 
-pytestmark = pytest.mark.slow
+# Each test starts strands-env processes (the unit suite alone takes a minute or more on a busy 2-core machine).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 STRANDS_ENV = "strands-env==0.7.3"
 HERE = Path(__file__).resolve().parent

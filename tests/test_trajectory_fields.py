@@ -284,6 +284,10 @@ def _tampered(change: str) -> dict[str, Any]:
             fields["token_ids"][3] = -4
         case "turn_shape":
             fields["turns"][0] = "a turn"
+        case "turn_field_type":
+            fields["turns"][0]["latency_s"] = "slow"
+        case "turn_field_missing":
+            del fields["turns"][1]["cached_tokens"]
         case "trajectory_id":
             fields["trajectory_id"] = 7
     return fields
@@ -303,6 +307,8 @@ def _tampered(change: str) -> dict[str, Any]:
         "logprobs",
         "token_id",
         "turn_shape",
+        "turn_field_type",
+        "turn_field_missing",
         "trajectory_id",
     ],
 )

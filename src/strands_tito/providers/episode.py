@@ -13,7 +13,7 @@ import copy
 import itertools
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, get_args, get_type_hints
 
 from strands.types.content import ContentBlock, Messages
 from strands.types.tools import ToolSpec
@@ -57,10 +57,7 @@ class HistoryConfig(TypedDict, total=False):
     reasoning_retention: Literal["keep", "template"]
 
 
-_POLICIES: dict[str, tuple[str, ...]] = {
-    "on_rewrite": ("new_sample", "raise"),
-    "reasoning_retention": ("keep", "template"),
-}
+_POLICIES: dict[str, tuple[str, ...]] = {key: get_args(hint) for key, hint in get_type_hints(HistoryConfig).items()}
 
 
 def check_history_config(config: Mapping[str, Any]) -> None:

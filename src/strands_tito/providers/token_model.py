@@ -206,7 +206,7 @@ class TokenModel(Model):
     def format_tool_specs(self, tool_specs: Sequence[ToolSpec]) -> list[dict[str, Any]] | None:
         """The tool specs as the chat template's ``tools`` (OpenAI function form); override to change them.
 
-        Used once per trajectory, for its first prompt (strands-sglang 0.6's extension point of the same name).
+        Used for each sample's first prompt (strands-sglang 0.6's extension point of the same name).
         """
         return format_tool_specs(tool_specs)
 
