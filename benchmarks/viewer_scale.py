@@ -23,7 +23,7 @@ from pathlib import Path
 
 from _machine import describe
 
-from strands_tito.html_view import TokenTexts, _Index, serve, trajectory_payload
+from strands_tito.html_view import TokenTexts, TrajectoryIndex, serve, trajectory_payload
 from strands_tito.tokenizers import build_qwen3_tokenizer
 from strands_tito.viewer import Decoder
 
@@ -65,7 +65,7 @@ def main() -> None:
 
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         started = time.perf_counter()
-        index = _Index(data)
+        index = TrajectoryIndex(data)
         index_s = time.perf_counter() - started
         rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 

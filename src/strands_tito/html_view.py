@@ -29,7 +29,7 @@ import orjson
 
 from strands_tito.viewer import Decoder, read_records
 
-__all__ = ["TokenTexts", "index_row", "page", "serve", "trajectory_payload", "write_page"]
+__all__ = ["TokenTexts", "TrajectoryIndex", "index_row", "page", "serve", "trajectory_payload", "write_page"]
 
 
 class TokenTexts:
@@ -139,7 +139,7 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
             offset += len(line)
 
 
-class _Index:
+class TrajectoryIndex:
     """The index rows of a file, and where each record is, so that one can be read again when it is opened."""
 
     def __init__(self, path: Path) -> None:
@@ -156,6 +156,7 @@ class _Index:
             self.rows = [index_row(n, r) for n, r in enumerate(self.records)]
 
     def record(self, number: int) -> dict[str, Any]:
+        """Record ``number`` of the file (read again from its line for JSONL)."""
         if self.records is not None:
             return self.records[number]
         with self.path.open("rb") as handle:
@@ -167,7 +168,7 @@ class _Index:
 def serve(path: Path, decode: Decoder, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
     """A server for the page over ``path`` (call ``serve_forever``); ``GET /`` is the page, ``GET /t/N`` a
     trajectory's payload."""
-    index = _Index(path)
+    index = TrajectoryIndex(path)
     texts = TokenTexts(decode)
     html = page(index.rows).encode()
 
