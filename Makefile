@@ -1,5 +1,5 @@
 # The two entry points a newcomer needs; both set everything up on a fresh machine first.
-.PHONY: demo test test-vllm lint setup
+.PHONY: demo test test-vllm lint setup browser
 
 setup:
 	@scripts/bootstrap.sh
@@ -15,8 +15,12 @@ lint: setup
 	.venv/bin/ruff format --check $(PY_PATHS)
 	.venv/bin/mypy
 
+# Chromium and chromedriver from the Debian packages, for the viewer's tests in a real headless browser.
+browser:
+	@scripts/browser.sh
+
 # Whole suite: lint, type check, tests, then the tier against a real vLLM server.
-test: lint
+test: lint browser
 	.venv/bin/python -m pytest -q -m "not vllm"
 	$(MAKE) --no-print-directory test-vllm
 

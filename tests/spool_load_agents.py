@@ -38,7 +38,8 @@ async def main(agents: int, rounds: int) -> None:
             system_prompt=f"You are agent number {i}.",
         )
 
-    built = [build(i) for i in range(agents)]
+    first = int(os.environ.get("AGENT_NUMBER_FROM", "0"))  # several processes: distinct prompts, distinct scripts
+    built = [build(first + i) for i in range(agents)]
     print("started", flush=True)
 
     async def run(i: int, agent: Agent) -> None:
@@ -46,7 +47,7 @@ async def main(agents: int, rounds: int) -> None:
             await agent.invoke_async(f"Agent {i}, round {r}: what is {i} + {r}? Use the add tool.")
         agent.model.reset()  # type: ignore[attr-defined]
 
-    await asyncio.gather(*(run(i, a) for i, a in enumerate(built)))
+    await asyncio.gather(*(run(first + i, a) for i, a in enumerate(built)))
     # How much went through the disk spool (the test checks the outage really exercised it).
     from opentelemetry import trace
 

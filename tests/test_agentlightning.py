@@ -820,6 +820,40 @@ async def test_the_acknowledgement_waits_until_the_events_are_stored(
             await asyncio.to_thread(wait_for, lambda: len(agl.events(rollout_id)) == 4, 10, "late delivery")
 
 
+async def test_each_sample_of_a_rewritten_episode_is_one_training_row(
+    agl: AglServer, tmp_path: Path, start_engine: Callable[..., LocalEngine], qwen3: Any
+) -> None:
+    """A sliding window rewrote the agent's history, so its episode is several samples (``docs/samples.md``). Sent as
+    one rollout, the trainer's trajectory-level merge gives exactly one row per sample, each the sample itself."""
+    from strands import Agent
+    from strands.agent.conversation_manager import SlidingWindowConversationManager
+
+    from .test_samples import SYSTEM, stepping_engine
+
+    engine = stepping_engine(start_engine, qwen3, 10)
+    model = make_model(engine, qwen3)
+    agent = Agent(
+        model=model,
+        tools=[engine.step_tool],  # type: ignore[attr-defined]
+        system_prompt=SYSTEM,
+        callback_handler=None,
+        conversation_manager=SlidingWindowConversationManager(window_size=6, per_turn=3),
+        retry_strategy=None,
+    )
+    await agent.invoke_async("Do the task step by step.")
+    samples = model.samples
+    assert len(samples) > 2
+    rollout_id = "rewritten-episode"
+    agl.create(rollout_id)
+    async with collector_in_process(tmp_path, agl.url) as c:
+        for sample in samples:  # each acknowledged once its events are stored: the rollout keeps the samples' order
+            await post_otlp(f"http://127.0.0.1:{c.http_port}", otlp_rollout(sample, rollout_id, 1.0))
+    rows = merge(await asyncio.to_thread(trainer_reads, agl, rollout_id))
+    assert len(rows) == len(samples)
+    for row, sample in zip(rows, samples, strict=True):
+        assert_row_is_trajectory(row, sample.token_ids, sample.loss_mask, sample.logprobs)
+
+
 async def test_many_rollouts_at_once_each_complete_when_acknowledged(agl: AglServer, tmp_path: Path) -> None:
     """Thirty-two agents end their rollouts at the same moment: each one's acknowledgement comes once its own events
     are stored, and every rollout is exact."""

@@ -302,3 +302,31 @@ def test_bad_span_payloads_are_rejected(change: dict[str, Any], message: str) ->
     assert spans.decode_span(good)
     with pytest.raises(spans.SpanSchemaError, match=message):
         spans.decode_span({**good, **change})
+
+
+@pytest.mark.parametrize("encoding", ["packed", "array"])
+async def test_top_p_and_compact_routing_survive_the_span_round_trip(  # type: ignore[no-untyped-def]
+    start_engine, qwen3, memory, monkeypatch, encoding: str
+) -> None:
+    """Top-p sets and routing (uint8 on the span: 8 experts) come back from the spans exactly, into the record."""
+    monkeypatch.setenv(capture.ENV_ENCODING, encoding)
+    engine = start_engine(
+        Script(turns=[Reply(text=hermes_call("calculator", expression="3*3")), Reply(text="9")]),
+        routed_experts=(3, 2, 8),
+    )
+    model = make_model(engine, qwen3, return_top_p=True, return_routed_experts=True, routed_experts_layout=(3, 2, 8))
+    await make_agent(model, [calculator]).invoke_async("Compute please.")
+    original = model.token_manager
+    model.reset()
+    items = from_memory(memory)
+    turn_spans = [
+        a for a, _, _ in items if a.get(spans.TRAJECTORY_ID) == original.trajectory_id and spans.TURN_INDEX in a
+    ]
+    compact = [a["tito.routed_experts.compact"] for a in turn_spans]
+    assert all(isinstance(c, bytes) for c in compact) and spans.ROUTED_EXPERTS not in turn_spans[0]
+    assert sum(map(len, compact)) == (len(original) - 1) * 3 * 2  # one byte per expert id
+    record = assemble(items, {original.trajectory_id})[original.trajectory_id]
+    assert record.complete, record.reason
+    assert_same(record.trajectory, original)
+    assert record.to_dict()["top_p"] == original.to_dict()["top_p"] is not None
+    assert record.to_dict()["routed_experts"] == original.to_dict()["routed_experts"] is not None

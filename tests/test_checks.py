@@ -195,3 +195,29 @@ def test_token_ids_are_int32() -> None:
         checks.token_ids([2**31], "ids", Refused)
     with pytest.raises(Refused, match="int32"):
         checks.token_id_array([2**31], "ids", Refused)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({spans.WEIGHT_VERSIONS: b"not json"}, "not JSON"),
+        ({spans.WEIGHT_VERSIONS: b'[{"version": "v1", "start": 0, "end": 3}]'}, "cover 3 output tokens"),
+        ({spans.WEIGHT_VERSIONS: b'[{"version": "v1", "start": 1, "end": 2}]'}, "does not continue"),
+        ({spans.WEIGHT_VERSIONS: b'[{"version": "v0", "start": 0, "end": 2}]'}, "another"),
+        ({spans.WEIGHT_VERSIONS: b'[{"version": "' + b"v" * 2000 + b'", "start": 0, "end": 2}]'}, "longer"),
+        ({spans.WEIGHT_VERSIONS: 7}, "must be bytes"),
+        ({spans.OUTPUT_LOGPROBS: [math.nan, -0.5]}, "missing"),
+        ({spans.OUTPUT_LOGPROBS: [-1e39, -0.5]}, "beyond float32"),
+    ],
+)
+def test_the_collector_refuses_what_the_rules_refuse(change: dict[str, Any], reason: str) -> None:
+    """Hostile or inconsistent span attributes get the rule's reason (the collector decodes with this decoder)."""
+    runs = [checks.WeightVersionSpan("v0", 0, 1), checks.WeightVersionSpan("v1", 1, 2)]
+    good = spans.turn_attributes(
+        "t", 0, 0, 0, [1, 2], [None, -0.1], [3, 4], [-0.5, -0.25], finish_reason="stop", encoding="array",
+        weight_version="v1", weight_versions=runs,
+    )  # fmt: skip
+    decoded = spans.decode_span(good)
+    assert isinstance(decoded, spans.TurnSpan) and decoded.weight_versions == tuple(runs)
+    with pytest.raises(spans.SpanSchemaError, match=reason):
+        spans.decode_span({**good, **change})

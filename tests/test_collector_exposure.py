@@ -18,6 +18,7 @@ from strands_tito.collector.cli import parse_args
 
 from .otlp_helpers import all_spans, make_request, random_trajectory
 from .test_collector_lifecycle import start, stop
+from .test_collector_process import read_records
 
 PB = {"Content-Type": "application/x-protobuf"}
 
@@ -87,3 +88,26 @@ def test_the_agent_lightning_key_comes_from_a_file(tmp_path: Path, monkeypatch: 
     ):
         with pytest.raises(SystemExit):
             parse_args(argv)
+
+
+def test_open_trajectories_are_bounded_and_the_bound_clears(tmp_path: Path) -> None:
+    """Past --max-open-trajectories a request that starts a new trajectory gets 503 (retried by the client), while
+    spans of open ones are still taken; once one finishes, the new one is taken."""
+    proc, port = start(tmp_path, "--max-open-trajectories", "3", "--log-level", "ERROR")
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    try:
+        rng = random.Random(8)
+        trajectories = [random_trajectory(rng, turns=2) for _ in range(4)]
+        for t in trajectories[:3]:
+            assert httpx.post(url, content=make_request(all_spans(t)[:-1]).SerializeToString(), headers=PB).is_success
+        refused = httpx.post(url, content=make_request(all_spans(trajectories[3])).SerializeToString(), headers=PB)
+        assert refused.status_code == 503 and "retry-after" in refused.headers
+        end = make_request(all_spans(trajectories[0])[-1:]).SerializeToString()
+        assert httpx.post(url, content=end, headers=PB).status_code == 200
+        again = httpx.post(url, content=make_request(all_spans(trajectories[3])).SerializeToString(), headers=PB)
+        assert again.status_code == 200
+        records = {r["trajectory_id"]: r for r in read_records(tmp_path / "out.jsonl", 2)}
+        for t in (trajectories[0], trajectories[3]):
+            assert records[t.trajectory_id]["complete"] and records[t.trajectory_id]["token_ids"] == t.token_ids
+    finally:
+        stop(proc)

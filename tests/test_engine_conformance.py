@@ -156,14 +156,15 @@ async def test_a_turn_sampled_by_two_policies_keeps_both_versions(
     sets ``weight_version`` to the last (``weight_versions.py:66-107``). Both are kept on the turn, the trajectory,
     the span and the assembled record (a provider that kept only ``weight_version`` labelled every token with the
     newer policy)."""
-    engine = start_engine(Script(turns=[Reply(text="first answer"), Reply(text="second answer here", delay=0.6)]))
+    engine = start_engine(Script(turns=[Reply(text="first answer"), Reply(text="second answer here", delay=1.0)]))
     engine.core.weight_version = "v0"
     model = make_model(engine, qwen3)
     agent = make_agent(model)
     await agent.invoke_async("Hi")
 
     async def update() -> None:
-        await asyncio.sleep(0.2)
+        while not engine.core.busy:  # the second request is running (its delay has begun)
+            await asyncio.sleep(0.01)
         async with httpx.AsyncClient(base_url=engine.base_url) as client:
             body = {"new_version": "v1", "abort_all_requests": False}
             assert (await client.post("/update_weight_version", json=body)).status_code == 200
@@ -204,7 +205,8 @@ async def test_a_weight_update_aborts_running_requests_by_default(
     model = make_model(engine, qwen3, client_kwargs={"max_retries": 0})
 
     async def update() -> None:
-        await asyncio.sleep(0.3)
+        while not engine.core.busy:
+            await asyncio.sleep(0.01)
         async with httpx.AsyncClient(base_url=engine.base_url) as client:
             await client.post("/update_weight_version", json={"new_version": "v9"})
 

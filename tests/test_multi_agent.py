@@ -16,7 +16,6 @@ from threading import Thread
 from typing import Any, ClassVar
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import SpanProcessor
@@ -33,6 +32,7 @@ from strands_tito.trajectory import Trajectory
 
 from .conftest import make_model
 from .otlp_helpers import read_jsonl
+from .test_collector import parquet_rows
 from .test_sglang_model import hermes_call
 
 
@@ -184,7 +184,7 @@ async def test_orchestrator_and_sub_agent_as_a_tool(
     assert top["sample_index"] == sub["sample_index"] == 0
     assert (top["rewards"], sub["rewards"]) == ([1.0], [1.0, 0.5])
     # The Parquet columns carry the same lineage.
-    rows = {r["trajectory_id"]: r for r in pq.read_table(tmp_path / "parquet").to_pylist()}
+    rows = {r["trajectory_id"]: r for r in await parquet_rows(tmp_path / "parquet", 2)}
     assert rows[child.trajectory_id]["parent_trajectory_id"] == parent.trajectory_id
     assert rows[child.trajectory_id]["episode_id"] == top["episode_id"]
 

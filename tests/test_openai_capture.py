@@ -107,6 +107,15 @@ async def test_calls_are_exact_and_share_the_prefix(start_engine, memory, instru
     assert record.trajectory.token_ids == (last.input_ids or []) + (last.output_ids or [])
     assert record.trajectory.segment_info[-1] == (True, len(last.output_ids or []))
     assert record.model_id == "qwen3-local"
+    # Lineage and the GenAI ids: a call span names its agent and its conversation (the trajectory).
+    assert record.lineage.agent_name == agent.name and record.lineage.agent_id == agent.agent_id
+    assert record.lineage.parent_trajectory_id is None and record.lineage.episode_id is not None
+    chat = [
+        a
+        for a, _, _ in from_memory(memory)
+        if a.get(spans.TRAJECTORY_ID) == record.trajectory_id and spans.CALL_INDEX in a
+    ]
+    assert chat and all(a["gen_ai.conversation.id"] == record.trajectory_id for a in chat)
     rejected = [r for r in engine.chat_records() if r.status == 400]
     # SGLang cannot stream token ids: the first streaming call is refused once, then asked without streaming.
     assert len(rejected) == (1 if flavor == "sglang" and stream else 0)

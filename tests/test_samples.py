@@ -257,3 +257,45 @@ async def test_an_edited_earlier_message_starts_a_new_sample(start_engine, qwen3
     assert [len(s.turns) for s in model.samples] == [1, 1]
     assert_exact_samples(model.samples, records)
     assert [r.input_ids for r in records] == [rendered(qwen3, call) for call in seen.calls]
+
+
+async def test_capture_records_one_row_per_sample(start_engine, qwen3, memory) -> None:  # type: ignore[no-untyped-def]
+    # Spans -> the collector's assembler -> records (the dicts JSONL and Parquet rows are written from): one per
+    # sample, all of one episode, numbered in order, each equal to its sample; an episode reward (and an agent's
+    # reward) reaches every sample.
+    from strands_tito import capture
+    from strands_tito.providers.slime import samples_for_agents
+
+    from .test_capture import assemble, assert_same, from_memory
+    from .test_slime_helpers import Sample
+
+    engine = stepping_engine(start_engine, qwen3, 12)
+    model = make_model(engine, qwen3)
+    agent = Agent(
+        model=model,
+        tools=[engine.step_tool],  # type: ignore[attr-defined]
+        system_prompt=SYSTEM,
+        callback_handler=None,
+        conversation_manager=SlidingWindowConversationManager(window_size=6, per_turn=3),
+        retry_strategy=None,
+    )
+    await agent.invoke_async("Do the task step by step.")
+    samples = model.samples
+    assert len(samples) > 2
+    # slime: one Sample per sample, sharing the rollout id (taken while the episode is open).
+    base = Sample(index=4, group_index=1, prompt="Do the task step by step.")
+    filled = samples_for_agents(base, samples)
+    assert [f.metadata["sample_index"] for f in filled] == list(range(len(samples)))
+    assert len({f.metadata["rollout_id"] for f in filled}) == 1 and filled[0].metadata["rollout_id"]
+    assert [f.tokens for f in filled] == [s.token_ids for s in samples]
+    capture.record_reward(1.0, agent=agent, episode=True)
+    capture.record_reward(0.5, agent=agent)
+    model.reset()  # the episode ends: every sample's end signal
+
+    records = assemble(from_memory(memory), {s.trajectory_id for s in samples})
+    rows = [records[s.trajectory_id].to_dict() for s in samples]
+    assert [r["sample_index"] for r in rows] == list(range(len(samples)))
+    assert len({r["episode_id"] for r in rows}) == 1 and rows[0]["episode_id"]
+    assert all(r["complete"] and r["rewards"] == [1.0, 0.5] for r in rows)
+    for sample in samples:
+        assert_same(records[sample.trajectory_id].trajectory, sample)

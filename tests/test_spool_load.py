@@ -48,11 +48,12 @@ class Collector:
     def __init__(self, store: Path, out: Path) -> None:
         self.store, self.out, self.port = store, out, free_port()
         self.proc: subprocess.Popen[str] | None = None
+        self.extra: list[str] = []  # more options (later ones win)
 
     def start(self) -> None:
         command = [sys.executable, "-m", "strands_tito.cli", "collect", "--http", f"127.0.0.1:{self.port}"]
         command += ["--grpc", "off", "--store", str(self.store), "--jsonl", str(self.out)]
-        command += ["--progress-interval", "0", "--log-level", "WARNING"]
+        command += ["--progress-interval", "0", "--log-level", "WARNING", *self.extra]
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + 60

@@ -39,7 +39,8 @@ from strands_tito.trajectory import Trajectory
 
 from .conftest import assert_matches_engine, generate_records
 
-pytestmark = pytest.mark.slow
+# Each test starts strands-env processes (the unit suite alone takes a minute or more on a busy 2-core machine).
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 STRANDS_ENV = "strands-env==0.7.3"
 HERE = Path(__file__).resolve().parent
@@ -259,6 +260,8 @@ def test_a_tool_environment_with_loop_limits_and_a_malformed_call(
     assert (malformed["termination"], malformed["final_response"]) == ("task_complete", "$\\boxed{5}$")
     assert malformed["tools"]["calculator"]["parse_errors"] == 1  # counted under the tool the model named
     assert malformed["tools"]["calculator"]["successes"] == 1
+    # ... and as a failed call of it in Strands' metrics, as on 0.6.2 (calls 2, errors 1); the tool never ran on it.
+    assert (malformed["tools"]["calculator"]["calls"], malformed["tools"]["calculator"]["errors"]) == (2, 1)
     assert limited["termination"] == "max_tool_iterations_reached"
     trajectories = read_log(log)
     assert [len(t.turns) for t in trajectories] == [2, 3, 1]  # the limit stops on a message boundary

@@ -210,6 +210,13 @@ def test_bad_hand_built_input_is_refused_and_changes_nothing(call: str, args: tu
     assert (t.model_dump(), bytes(t.packed_ids), bytes(t.packed_logprobs), bytes(t.ids_json), t.crc32) == before
 
 
+def test_lists_given_to_the_constructor_are_refused_model_validate_takes_them() -> None:
+    with pytest.raises(TrajectoryError, match="model_validate"):
+        Trajectory(token_ids=[1, 2, 3], loss_mask=[0, 1, 1], logprobs=[None, -0.5, -0.5])
+    t = Trajectory.model_validate({"token_ids": [1, 2, 3], "segment_info": [(False, 1), (True, 2)]})
+    assert t.loss_mask == [0, 1, 1] and [(x.prompt_length, x.output_length) for x in t.turns] == [(1, 2)]
+
+
 def test_hand_built_order_rules() -> None:
     with pytest.raises(TrajectoryError, match="first segment must be a prompt"):
         Trajectory().add_response([1])
@@ -284,6 +291,10 @@ def _tampered(change: str) -> dict[str, Any]:
             fields["token_ids"][3] = -4
         case "turn_shape":
             fields["turns"][0] = "a turn"
+        case "turn_field_type":
+            fields["turns"][0]["latency_s"] = "slow"
+        case "turn_field_missing":
+            del fields["turns"][1]["cached_tokens"]
         case "trajectory_id":
             fields["trajectory_id"] = 7
     return fields
@@ -303,6 +314,8 @@ def _tampered(change: str) -> dict[str, Any]:
         "logprobs",
         "token_id",
         "turn_shape",
+        "turn_field_type",
+        "turn_field_missing",
         "trajectory_id",
     ],
 )

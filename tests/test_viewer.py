@@ -43,8 +43,38 @@ def test_inspect_terminal_and_html(tmp_path: Path, capsys: pytest.CaptureFixture
     first = data[0]
     turn = first["turns"][1]
     assert f"   1  {turn['prompt_length']:>7}  {turn['output_length']:>6}    stop" in out
+    # The page embeds the index and each trajectory (its browser behaviour: tests/test_viewer_browser.py).
     page = out_html.read_text()
-    assert page.count("<section>") == 2 and "<script" not in page
-    assert page.count("class='out'") == sum(1 for s in first["segments"] if s[0]) + sum(
-        1 for s in data[1]["segments"] if s[0]
-    )
+    assert "<script type='application/json' id='t1'>" in page and "src=" not in page and "http" not in page
+    index = json.loads(page.split("<script type='application/json' id='index'>")[1].split("</script>")[0])
+    assert [(row["id"], row["complete"], row["tokens"]) for row in index] == [
+        ("good", True, len(first["token_ids"])),
+        ("bad", False, len(data[1]["token_ids"])),
+    ]
+
+
+def test_the_terminal_view_escapes_control_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from strands_tito.tokenizers import build_qwen3_tokenizer
+
+    tokenizer = build_qwen3_tokenizer()
+    hostile = "tool output \x1b[2J\x1b]0;pwned\x07 done"
+    record = records()[0]
+    ids = tokenizer.encode(hostile, add_special_tokens=False)
+    prompt_length = record["segments"][0][1]  # the first prompt becomes the hostile text, repeated
+    record["token_ids"][:prompt_length] = (ids * prompt_length)[:prompt_length]
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    assert main(["inspect", str(path), "--tokenizer", "qwen3"]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b[2J\\x1b]0;pwned\\x07" in out
+
+
+def test_the_terminal_view_flags_a_diverged_prefix(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    record = records()[0]
+    record["prefix_report"] = [{"index": 1, "shares_prefix": False, "expected_length": 40, "divergence": 37}]
+    record["calls"] = [{}, {}]
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    assert main(["inspect", str(path)]) == 0
+    assert "PREFIX DIVERGED (call 1 does not extend the previous call from position 37" in capsys.readouterr().out

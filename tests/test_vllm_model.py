@@ -16,7 +16,9 @@ The central assertion everywhere: the trajectory is exactly what the server rece
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import io
 import json
 import logging
 import os
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import orjson
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -55,7 +58,7 @@ from strands_tito import (
     spans,
 )
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
-from strands_tito.engine import EngineRecord, Fault, LocalEngine, Reply, Script
+from strands_tito.engine import EngineRecord, Fault, LocalEngine, Reply, Script, routed_experts_for
 from strands_tito.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
 from strands_tito.providers.families import FAMILIES, family_tokenizer
 from strands_tito.providers.prompt import format_tool_specs
@@ -88,6 +91,23 @@ def records_of(engine: LocalEngine, path: str) -> list[EngineRecord]:
 
 
 # -- local engine ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("endpoint", ["generate", "completions"])
+async def test_routed_experts_from_vllm_npy(start_engine, qwen3, endpoint: str) -> None:  # type: ignore[no-untyped-def]
+    """vLLM returns routing as a .npy over the whole sequence; each turn keeps its new rows, so the trajectory's
+    routing, and the .npy a trainer gets, equal what the engine routed."""
+    engine = start_engine(
+        Script(turns=[Reply(text=hermes_call("calculator", expression="5 - 3")), Reply(text="2")]),
+        routed_experts=(3, 2, 8),
+    )
+    model = make_vllm(engine, qwen3, endpoint=endpoint, return_routed_experts=True)
+    await make_agent(model, [calculator]).invoke_async("5-3?")
+    trajectory = model.token_manager
+    expected = routed_experts_for(trajectory.token_ids, 0, 3, 2, 8)
+    assert np.array_equal(trajectory.decode_routed_experts(num_layers=3, top_k=2), expected)
+    routes = np.load(io.BytesIO(base64.b64decode(trajectory.to_dict()["routed_experts"])), allow_pickle=False)
+    assert routes.dtype == np.uint8 and np.array_equal(routes, expected)
 
 
 @pytest.mark.parametrize("endpoint", ["generate", "completions"])

@@ -117,9 +117,11 @@ def test_demo_then_inspect(installed: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "which equals what the engine received and produced" in done.stdout
     output = tmp_path / "out" / "trajectories.jsonl"
-    shown = run(installed, tmp_path, "inspect", str(output), "--tokenizer", "qwen3", "--no-color")
+    page = tmp_path / "view.html"
+    shown = run(installed, tmp_path, "inspect", str(output), "--tokenizer", "qwen3", "--no-color", "--html", str(page))
     assert shown.returncode == 0, shown.stderr
     assert "1 trajectories, 1 complete, 0 incomplete" in shown.stdout
+    assert "id='t0'" in page.read_text() and "function renderTokens" in page.read_text()  # the viewer's assets ship
 
 
 def test_engine_and_collect_start_and_stop(installed: Path, tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ The pipeline, bottom layer first (each layer imports only the ones above it in t
   ``records`` (the exported record's fields), ``assembly`` (spans -> trajectories, shared by every path), ``errors``;
 - ``capture/``: token data on Strands' spans, switched on by environment variables, delivered without loss;
 - ``providers/``: ``SGLangModel``, ``VLLMModel`` and what they share (client, prompt encoder, tool parsers, limiter);
+- ``compat/``: strands-sglang 0.6's module paths (``strands_tito.client``, ``.tool_parsers.base`` ...) and its
+  parser base class, the one place for strands-sglang compatibility;
 - ``collector/`` (``strands-tito collect``) and ``exporters/`` (JSONL, Parquet, Agent Lightning): below the agent
   side, they load no Strands, transformers or providers;
 - ``engine/``: the local test/dev engine (a scripted SGLang/vLLM stand-in), ``tokenizers`` / ``chat_templates``

@@ -83,9 +83,12 @@ class TrajectoryRecord:
     merged_calls: int = 0
     """Call trajectories: how many calls ``trajectory`` holds."""
     lineage: Lineage = field(default_factory=Lineage)
-    """Its episode, parent trajectory and agent (from its first turn or call)."""
-    sample_index: int = 0
-    """Which sample of its agent within the episode (0 until context rewrites start new samples)."""
+    """Its episode, parent trajectory, agent and sample index (from its first turn or call)."""
+
+    @property
+    def sample_index(self) -> int:
+        """Which sample of its agent within the episode (0 until context rewrites start new samples)."""
+        return self.lineage.sample_index
 
     @property
     def reward(self) -> float | None:
@@ -172,6 +175,10 @@ class TrajectoryAssembler:
     def open_trajectories(self) -> int:
         """Trajectories waiting for more spans."""
         return len(self._pending)
+
+    def is_open(self, trajectory_id: str) -> bool:
+        """Whether spans of this trajectory are held, waiting for the rest."""
+        return trajectory_id in self._pending
 
     def add(
         self, span: Decoded, *, trace_id: str | None = None, resource: Mapping[str, Any] | None = None

@@ -10,16 +10,20 @@ accepts, and a value the collector would refuse is refused at the provider, with
   arrays) is allowed where the caller's :data:`Missing` says so. Generated tokens use ``"all_or_none"``: either the
   turn's logprobs were not asked for, or every generated token has a real one; a hole is never filled with a number.
 - **Finish reason**: one of :data:`FINISH_REASONS`.
-- **Routed experts**: whole int32 rows for every position a turn routes.
+- **Routed experts**: whole int32 rows for every position a turn routes; with a known layout ``(num_layers, top_k,
+  num_experts)``, exactly ``num_layers x top_k`` ids per row, each below ``num_experts``.
+- **Top-p sets** (slime's top-p replay): token ids, and one offset more than the turn's output tokens, rising from 0
+  to the number of ids.
 - **Weight-version spans**: ``(version, start, end)`` runs that cover a turn's output ``[0, n)`` in order.
 
 Each function takes ``error``, the exception type (or factory) the caller raises, so each layer keeps its own error
 type. The array forms run as a few C-level passes (``array``, ``sum``, numpy) and fall back to a per-entry loop only
-to name the first bad value. Bottom layer: imports nothing of the project above :mod:`strands_tito.errors`.
+to name the first bad value. Bottom layer: imports nothing of the project.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import sys
@@ -43,6 +47,7 @@ __all__ = [
     "logprob_array",
     "logprob_value",
     "logprobs",
+    "parse_json_spans",
     "routed_expert_rows",
     "token_id_array",
     "token_ids",
@@ -67,7 +72,7 @@ _NONE = type(None)
 _NUMBER_KINDS = frozenset({float, int, _NONE})
 _FLOAT_OR_NONE = frozenset({float, _NONE})
 _NAN_F4 = np.array([np.nan], dtype="<f4").tobytes()
-# Below this many values a plain loop is cheaper than setting up numpy arrays (a short reply: ~20 tokens).
+# Up to this many values, a Python ``sum`` checks packed values more cheaply than numpy (a reply: ~20 tokens).
 _SMALL = 64
 
 
@@ -284,6 +289,33 @@ def routed_expert_rows(raw: bytes, prefix_length: int, new_tokens: int, where: s
     rows = new_tokens if prefix_length else new_tokens - 1
     if raw and rows > 0 and len(raw) % (4 * rows):
         raise error(f"{where} has {len(raw)} bytes, not whole int32 rows for {rows} positions")
+
+
+def routing_layout(raw: bytes, rows: int, layout: tuple[int, int, int], where: str, error: ErrorFactory) -> None:
+    """Int32 routing ``raw`` for ``rows`` positions, of a known ``(num_layers, top_k, num_experts)``."""
+    num_layers, top_k, num_experts = layout
+    if not (1 <= num_layers <= 4096 and 1 <= top_k <= num_experts <= MAX_TOKEN_ID):
+        raise error(f"{where}: layout {layout} is not (1 <= layers <= 4096, 1 <= top_k <= experts)")
+    if len(raw) != 4 * max(rows, 0) * num_layers * top_k:
+        raise error(f"{where} has {len(raw)} bytes; {rows} rows of {num_layers}x{top_k} int32 are needed")
+    values = np.frombuffer(raw, dtype="<i4")
+    if values.size and (values.min() < 0 or values.max() >= num_experts):
+        raise error(f"{where} holds an expert id outside [0, {num_experts})")
+
+
+def top_p_sets(
+    ids: Sequence[int], offsets: Sequence[int], outputs: int, where: str, error: ErrorFactory
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A turn's top-p sets: token ids, and ``outputs + 1`` offsets rising from 0 to the number of ids."""
+    checked_ids, _ = token_ids(ids, f"{where} token ids", error)
+    checked = list(offsets)
+    if not is_token_id_list(checked):
+        raise error(f"{where}: offsets must be non-negative integers")
+    if len(checked) != outputs + 1 or checked[0] != 0 or checked[-1] != len(checked_ids):
+        raise error(f"{where}: {len(checked)} offsets for {outputs} tokens and {len(checked_ids)} ids")
+    if any(b < a for a, b in itertools.pairwise(checked)):
+        raise error(f"{where}: offsets must not decrease")
+    return tuple(checked_ids), tuple(checked)
 
 
 class WeightVersionSpan(NamedTuple):

@@ -12,6 +12,7 @@ commands:
   engine    run the local test/dev engine, a scripted SGLang/vLLM stand-in (strands-tito engine --help)
   collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
   inspect   show trajectories from a JSONL or Parquet file (strands-tito inspect --help)
+  view      serve the trajectory viewer for a JSONL or Parquet file on 127.0.0.1 (strands-tito view --help)
   spool     list the spans agents could not deliver yet, or resend them to a collector (strands-tito spool --help)
 
   --version print the installed version
@@ -48,6 +49,10 @@ def _dispatch(args: list[str]) -> int:
         from strands_tito.collector.cli import collect_main
 
         return collect_main(rest)
+    if command == "view":
+        from strands_tito.viewer import view_main
+
+        return view_main(rest)
     if command == "spool":
         from strands_tito.capture.spool_command import spool_main
 

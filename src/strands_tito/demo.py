@@ -106,6 +106,13 @@ def _start_collector(out: Path) -> tuple[Collector, asyncio.AbstractEventLoop]:
     return collector, loop
 
 
+def _command() -> str:
+    """``strands-tito``, or after ``make demo`` (its .venv/bin is not on PATH) the path that works from here."""
+    if shutil.which("strands-tito") is not None:
+        return "strands-tito"
+    return os.path.relpath(Path(sys.executable).parent / "strands-tito")
+
+
 def run_demo(out: Path = Path("strands-tito-demo"), chat_template: str | None = None) -> int:
     """Run the whole path once; returns a process exit code (0 when the written trajectory is exact).
 
@@ -162,11 +169,7 @@ def run_demo(out: Path = Path("strands-tito-demo"), chat_template: str | None = 
         f"{'equals' if exact else 'DIFFERS FROM'} what the engine received and produced"
     )
     if name is None:
-        # After `make demo` the command is in .venv/bin, which is not on PATH: name the one that works here.
-        command = "strands-tito"
-        if shutil.which(command) is None:
-            command = os.path.relpath(Path(sys.executable).parent / command)
-        print(f"look again with: {command} inspect {output} --tokenizer qwen3 --html {out / 'trajectories.html'}")
+        print(f"look again with: {_command()} inspect {output} --tokenizer qwen3 --html {out / 'trajectories.html'}")
     return 0 if exact else 1
 
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import base64
 import io
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
+from strands_tito import checks
 from strands_tito.errors import StrandsTitoError
 
 ROUTED_EXPERTS_COMPACT = "tito.routed_experts.compact"
@@ -33,11 +33,10 @@ TOP_P_OFFSETS = "tito.top_p.offsets"
 
 __all__ = [
     "ReplayDataError",
-    "check_routing_layout",
-    "check_top_p",
     "decode_compact_routing",
     "decode_routed_experts",
     "decode_top_p",
+    "npy_rows",
     "replay_attributes",
     "routed_experts_dtype",
     "routing_npy",
@@ -73,24 +72,6 @@ def routed_experts_dtype(num_experts: int) -> str:
     return "<i4"
 
 
-def check_routing_layout(
-    raw: bytes, rows: int, layout: tuple[int, int, int], error: type[Exception] = ReplayDataError
-) -> None:
-    """Int32 routing ``raw`` for ``rows`` positions: exactly ``rows x num_layers x top_k`` ids below ``num_experts``
-    (else ``error``)."""
-    num_layers, top_k, num_experts = layout
-    if not (num_layers >= 1 and 1 <= top_k <= num_experts):
-        raise error(f"routed_experts_layout {layout} is not (layers >= 1, 1 <= top_k <= experts)")
-    if len(raw) != 4 * max(rows, 0) * num_layers * top_k:
-        raise error(
-            f"routed_experts has {len(raw)} bytes; {rows} rows of {num_layers}x{top_k} int32 need "
-            f"{4 * max(rows, 0) * num_layers * top_k}"
-        )
-    values = np.frombuffer(raw, dtype="<i4")
-    if values.size and (values.min() < 0 or values.max() >= num_experts):
-        raise error(f"routed_experts holds an expert id outside [0, {num_experts})")
-
-
 def routing_npy(turns: Sequence[_TurnReplay]) -> str | None:
     """Every turn's routing joined into base64 of a ``.npy`` of shape ``(len - 1, num_layers, top_k)`` in
     :func:`routed_experts_dtype` (the form vLLM returns and Agent Lightning's trainer reads); None unless every turn
@@ -104,21 +85,6 @@ def routing_npy(turns: Sequence[_TurnReplay]) -> str | None:
     buffer = io.BytesIO()
     np.save(buffer, values.reshape(-1, num_layers, top_k).astype(routed_experts_dtype(num_experts)))
     return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def check_top_p(
-    top_p: tuple[Sequence[int], Sequence[int]], outputs: int, error: type[Exception] = ReplayDataError
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A turn's top-p sets, checked (else ``error``): int32 token ids, ``outputs + 1`` offsets rising from 0 to the
-    number of ids."""
-    ids, offsets = (list(part) for part in top_p)
-    if not all(type(v) is int and 0 <= v < 2**31 for v in (*ids, *offsets)):
-        raise error("top_p: token ids and offsets must be non-negative int32 integers")
-    if len(offsets) != outputs + 1:
-        raise error(f"top_p: {len(offsets)} offsets for {outputs} output tokens, not {outputs + 1}")
-    if offsets[0] != 0 or offsets[-1] != len(ids) or any(b < a for a, b in itertools.pairwise(offsets)):
-        raise error("top_p: offsets must rise from 0 to the number of token ids")
-    return tuple(ids), tuple(offsets)
 
 
 def top_p_rows(turns: Sequence[_TurnReplay]) -> tuple[list[int], list[int]] | None:
@@ -164,22 +130,14 @@ def decode_compact_routing(attributes: Mapping[str, Any], rows: int) -> tuple[by
     layout = attributes.get(ROUTED_EXPERTS_LAYOUT)
     if not isinstance(raw, bytes):
         raise ReplayDataError(f"{ROUTED_EXPERTS_COMPACT} must be bytes")
-    if not (isinstance(layout, list | tuple) and len(layout) == 3 and all(type(v) is int for v in layout)) or not (
-        1 <= layout[0] <= 4096 and 1 <= layout[1] <= layout[2] <= 2**31 - 1
-    ):
-        raise ReplayDataError(f"{ROUTED_EXPERTS_LAYOUT} must be [num_layers, top_k, num_experts], top_k <= experts")
-    num_layers, top_k, num_experts = layout
-    dtype = np.dtype(routed_experts_dtype(num_experts))
-    expected = max(rows, 0) * num_layers * top_k * dtype.itemsize
-    if len(raw) != expected:
-        raise ReplayDataError(
-            f"{ROUTED_EXPERTS_COMPACT} has {len(raw)} bytes; {rows} rows of {num_layers}x{top_k} {dtype.name} "
-            f"need {expected}"
-        )
-    values = np.frombuffer(raw, dtype=dtype)
-    if values.size and (int(values.min()) < 0 or int(values.max()) >= num_experts):
-        raise ReplayDataError(f"{ROUTED_EXPERTS_COMPACT} holds an expert id outside [0, {num_experts})")
-    return values.astype("<i4").tobytes(), (num_layers, top_k, num_experts)
+    if not (isinstance(layout, list | tuple) and len(layout) == 3 and all(type(v) is int for v in layout)):
+        raise ReplayDataError(f"{ROUTED_EXPERTS_LAYOUT} must be [num_layers, top_k, num_experts]")
+    dtype = np.dtype(routed_experts_dtype(max(layout[2], 1)))
+    if len(raw) % dtype.itemsize:
+        raise ReplayDataError(f"{ROUTED_EXPERTS_COMPACT} is not whole {dtype.name} values")
+    int32_rows = np.frombuffer(raw, dtype=dtype).astype("<i4").tobytes()
+    checks.routing_layout(int32_rows, rows, tuple(layout), ROUTED_EXPERTS_COMPACT, ReplayDataError)
+    return int32_rows, (layout[0], layout[1], layout[2])
 
 
 def _int32_array(value: Any, key: str) -> Any:
@@ -191,20 +149,15 @@ def _int32_array(value: Any, key: str) -> Any:
 
 
 def decode_top_p(attributes: Mapping[str, Any], outputs: int) -> tuple[list[int], list[int]] | None:
-    """A turn's top-p sets ``(token_ids, offsets)``: both attributes or neither, ``outputs + 1`` row ends."""
+    """A turn's top-p sets ``(token_ids, offsets)``: both attributes or neither (rules: :func:`checks.top_p_sets`)."""
     if TOP_P_IDS not in attributes and TOP_P_OFFSETS not in attributes:
         return None
     if TOP_P_IDS not in attributes or TOP_P_OFFSETS not in attributes:
         raise ReplayDataError(f"{TOP_P_IDS} and {TOP_P_OFFSETS} go together")
-    ids = _int32_array(attributes[TOP_P_IDS], TOP_P_IDS)
-    offsets = _int32_array(attributes[TOP_P_OFFSETS], TOP_P_OFFSETS)
-    if ids.size and ids.min() < 0:
-        raise ReplayDataError(f"{TOP_P_IDS}: negative token id")
-    if len(offsets) != outputs + 1 or offsets[0] != 0 or offsets[-1] != len(ids) or (np.diff(offsets) < 0).any():
-        raise ReplayDataError(f"{TOP_P_OFFSETS} must be {outputs + 1} non-decreasing row ends from 0 to {len(ids)}")
-    id_list: list[int] = ids.tolist()
-    offset_list: list[int] = offsets.tolist()
-    return id_list, offset_list
+    ids = _int32_array(attributes[TOP_P_IDS], TOP_P_IDS).tolist()
+    offsets = _int32_array(attributes[TOP_P_OFFSETS], TOP_P_OFFSETS).tolist()
+    checked_ids, checked_offsets = checks.top_p_sets(ids, offsets, outputs, "tito.top_p", ReplayDataError)
+    return list(checked_ids), list(checked_offsets)
 
 
 def decode_routed_experts(
@@ -240,3 +193,29 @@ def decode_routed_experts(
             "(one per position but the last): seq_len, num_layers or top_k does not match the data"
         )
     return np.frombuffer(buffer, dtype="<i4").astype(np.int32).reshape(rows, num_layers, top_k)
+
+
+def npy_rows(
+    choice: Mapping[str, Any], wanted: bool, tokens: int, recorded: int, error: type[Exception]
+) -> tuple[str | None, tuple[int, int, int] | None]:
+    """A turn's routing from vLLM's ``choice["routed_experts"]`` (base64 ``.npy``, ``(tokens - 1, layers, top_k)`` over
+    the whole sequence), when ``wanted``: its rows from ``recorded - 1`` on as base64 int32 (the form a trajectory
+    keeps), and the layout (the array's, the expert count bounded by its dtype); ``(None, None)`` when not wanted.
+    Anything else raises ``error``."""
+    if not wanted:
+        return None, None
+    value = choice.get("routed_experts")
+    if not isinstance(value, str):
+        raise error(
+            "routed experts were requested but the reply has none (start vLLM with --enable-return-routed-experts)"
+        )
+    try:
+        array = np.load(io.BytesIO(base64.b64decode(value, validate=True)), allow_pickle=False)
+    except ValueError as e:
+        raise error(f"routed_experts is not a base64 .npy: {e}") from None
+    if array.ndim != 3 or array.shape[0] != tokens - 1 or array.dtype.kind not in "ui":
+        raise error(f"routed_experts has shape {array.shape} ({array.dtype}); {tokens - 1} rows needed")
+    bound = 2 ** (8 * array.dtype.itemsize) if array.dtype.kind == "u" else 2**31 - 1
+    rows = array[max(0, recorded - 1) :].astype("<i4")
+    layout = (int(array.shape[1]), int(array.shape[2]), min(bound, 2**31 - 1))
+    return base64.b64encode(rows.tobytes()).decode("ascii"), layout

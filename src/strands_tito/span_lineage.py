@@ -16,6 +16,7 @@ from strands_tito.errors import StrandsTitoError
 
 EPISODE_ID = "tito.episode.id"
 PARENT_TRAJECTORY_ID = "tito.parent.trajectory_id"
+SAMPLE_INDEX = "tito.sample.index"
 GENAI_CONVERSATION_ID = "gen_ai.conversation.id"
 GENAI_AGENT_ID = "gen_ai.agent.id"
 GENAI_AGENT_NAME = "gen_ai.agent.name"
@@ -37,12 +38,16 @@ class Lineage:
         parent_trajectory_id: The trajectory of the agent that started this one (agent as a tool); None at the top.
         agent_id: The agent's ``agent_id`` (``gen_ai.agent.id``).
         agent_name: The agent's ``name`` (``gen_ai.agent.name``).
+        sample_index: Which sample of its agent's episode this trajectory is (0: the first; a rewritten history or a
+            re-rendered user turn starts the next, see ``docs/samples.md``). Later samples share the first's episode,
+            parent and agent.
     """
 
     episode_id: str | None = None
     parent_trajectory_id: str | None = None
     agent_id: str | None = None
     agent_name: str | None = None
+    sample_index: int = 0
 
 
 def lineage_attributes(lineage: Lineage, conversation_id: str) -> dict[str, Any]:
@@ -56,6 +61,8 @@ def lineage_attributes(lineage: Lineage, conversation_id: str) -> dict[str, Any]
     ):
         if value is not None:
             attributes[key] = value
+    if lineage.sample_index:
+        attributes[SAMPLE_INDEX] = lineage.sample_index
     return attributes
 
 
@@ -70,9 +77,13 @@ def _optional(attributes: Mapping[str, Any], key: str) -> str | None:
 
 def decode_lineage(attributes: Mapping[str, Any]) -> Lineage:
     """The lineage a span's attributes carry (every part optional)."""
+    index = attributes.get(SAMPLE_INDEX, 0)
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 2**31:
+        raise LineageSchemaError(f"attribute {SAMPLE_INDEX} must be an integer from 0 to 2**31-1")
     return Lineage(
         _optional(attributes, EPISODE_ID),
         _optional(attributes, PARENT_TRAJECTORY_ID),
         _optional(attributes, GENAI_AGENT_ID),
         _optional(attributes, GENAI_AGENT_NAME),
+        index,
     )

@@ -534,6 +534,8 @@ def _weight_versions(raw: Any, output_length: int, weight_version: str | None) -
     if not isinstance(raw, bytes | str):
         raise SpanSchemaError(f"{WEIGHT_VERSIONS} must be bytes, got {type(raw).__name__}")
     runs = checks.parse_json_spans(raw, output_length, WEIGHT_VERSIONS, SpanSchemaError)
+    if any(len(run.version) > MAX_NAME for run in runs):
+        raise SpanSchemaError(f"{WEIGHT_VERSIONS}: a version is longer than {MAX_NAME} characters")
     if runs and runs[-1].version != weight_version:
         raise SpanSchemaError(f"{WEIGHT_VERSIONS} ends with {runs[-1].version!r:.80}, {WEIGHT_VERSION} is another")
     return runs

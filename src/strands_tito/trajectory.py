@@ -27,7 +27,7 @@ from strands_tito.checks import FinishReason as FinishReason  # the trajectory's
 from strands_tito.checks import WeightVersionSpan
 from strands_tito.errors import StrandsTitoError
 from strands_tito.prompt_ids import PromptIds
-from strands_tito.replay import check_routing_layout, check_top_p, decode_routed_experts, routing_npy, top_p_rows
+from strands_tito.replay import decode_routed_experts, routing_npy, top_p_rows
 
 if TYPE_CHECKING:
     from pydantic import GetCoreSchemaHandler
@@ -182,6 +182,15 @@ class Trajectory:
     images: list[str] = field(default_factory=list, repr=False)
     """Every turn's images in prompt order (:attr:`image_data`); grown only by :meth:`append_turn`."""
 
+    def __post_init__(self) -> None:
+        # Lists given to the constructor (strands-sglang 0.6's ``Rollout(token_ids=...)``) would skip every check.
+        n = len(self.token_ids)
+        if len(self.loss_mask) != n or len(self.logprobs) != n or len(self.packed_ids) != 4 * n:
+            raise TrajectoryError(
+                "a Trajectory grows through append_turn / add_prompt / add_response; "
+                "Trajectory.model_validate(fields) builds one from its fields"
+            )
+
     def __len__(self) -> int:
         return len(self.token_ids)
 
@@ -318,7 +327,7 @@ class Trajectory:
             self._check_routed_experts(
                 routed_experts, turn_start, start - turn_start + len(prompt) + len(output), routed_experts_layout
             )
-        checked_top_p = None if top_p is None else check_top_p(top_p, len(output), TrajectoryError)
+        checked_top_p = None if top_p is None else checks.top_p_sets(*top_p, len(output), "top_p", TrajectoryError)
         images = tuple(image_data)
         for i, url in enumerate(images):
             if not isinstance(url, str) or not _DATA_URL.fullmatch(url):
@@ -456,7 +465,9 @@ class Trajectory:
         except ValueError as e:
             raise TrajectoryError(f"routed_experts is not valid base64: {e}") from e
         if layout is not None:
-            check_routing_layout(raw, new_tokens if start else new_tokens - 1, layout, TrajectoryError)
+            checks.routing_layout(
+                raw, new_tokens if start else new_tokens - 1, layout, "routed_experts", TrajectoryError
+            )
             return
         checks.routed_expert_rows(raw, start, new_tokens, "routed_experts", TrajectoryError)
 

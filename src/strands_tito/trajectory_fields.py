@@ -10,8 +10,10 @@ derive (loss mask, segments, checksums, packed arrays) is recomputed and must ma
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from functools import cache
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
+from pydantic import TypeAdapter, ValidationError
 from pydantic_core import core_schema
 
 from strands_tito import checks
@@ -35,7 +37,7 @@ class TurnFields(TypedDict):
     latency_s: float | None
     request_id: str | None
     weight_version: str | None
-    weight_versions: list[dict[str, Any]]
+    weight_versions: NotRequired[list[dict[str, Any]]]
     """Which weights sampled which output tokens: ``{version, start, end}`` runs (absent in older dumps)."""
     has_routed_experts: bool
     """Whether the next slice of ``routed_experts`` is this turn's."""
@@ -133,7 +135,11 @@ def _replay(trajectory: Trajectory, fields: Mapping[str, Any]) -> Trajectory:
     routed = list(fields.get("routed_experts", ()))
     images = list(fields.get("image_data", ()))
     if "turns" in fields:
-        end = _replay_turns(trajectory, ids, logprobs, fields["turns"], routed, images)
+        try:  # the turns' own fields have their types (the arrays are checked turn by turn below)
+            turns = _turn_list().validate_python(fields["turns"])
+        except ValidationError as e:
+            raise TrajectoryError(f"malformed turns: {e}") from None
+        end = _replay_turns(trajectory, ids, logprobs, turns, routed, images)
     else:
         end = _replay_segments(trajectory, ids, logprobs, fields, routed, images)
     trajectory.add_prompt(ids[end:], logprobs[end:])  # prompt tokens added after the last turn
@@ -142,6 +148,11 @@ def _replay(trajectory: Trajectory, fields: Mapping[str, Any]) -> Trajectory:
     if "segment_info" in fields and _runs(fields["segment_info"]) != trajectory.segment_info:
         raise TrajectoryError("segment_info does not match the turns")
     return trajectory
+
+
+@cache
+def _turn_list() -> TypeAdapter[list[TurnFields]]:
+    return TypeAdapter(list[TurnFields])
 
 
 def _replay_turns(

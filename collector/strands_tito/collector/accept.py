@@ -29,13 +29,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from strands_tito.otlp import OTLPDecodeError, parse_request
 
-from .ingest import IngestResult, PayloadTooLarge
+from .ingest import IngestResult, PayloadTooLarge, TooManyOpen
 from .telemetry import Metrics
 
 logger = logging.getLogger(__name__)
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
+LARGE_REQUEST = 1024 * 1024
+"""Decompressed bytes above which requests are processed one at a time (memory; see :meth:`AcceptPath.accept`)."""
 MAX_MESSAGE = 4000
 """Longest reason sent back (a partial-success message joins one reason per rejected span)."""
 
@@ -144,6 +146,7 @@ class AcceptPath:
         self._hold = hold
         self.metrics = metrics
         self.inflight = 0
+        self._large = asyncio.Semaphore(1)
 
     async def accept(self, submission: Submission) -> Outcome:
         """Take one request; never raises for anything in it."""
@@ -171,13 +174,30 @@ class AcceptPath:
 
     async def _decode_and_store(self, submission: Submission, content_type: str) -> Outcome:
         try:
-            request = await asyncio.to_thread(self._decode, submission, content_type)
+            body = await asyncio.to_thread(
+                decompress, submission.body, submission.content_encoding, self.limits.max_decompressed_bytes
+            )
         except PayloadTooLarge as e:
             return Outcome(Verdict.TOO_LARGE, str(e))
         except OTLPDecodeError as e:
             return Outcome(Verdict.BAD_REQUEST, str(e)[:MAX_MESSAGE])
+        if len(body) <= LARGE_REQUEST:
+            return await self._parse_and_store(body, content_type)
+        # Decoding, storing and assembling cost about 20x the decompressed bytes at peak: large requests take turns,
+        # so their memory is bounded by one at a time, not by --max-inflight of them (see docs/collector-faults.md).
+        async with self._large:
+            return await self._parse_and_store(body, content_type)
+
+    async def _parse_and_store(self, body: bytes, content_type: str) -> Outcome:
+        try:
+            request = await asyncio.to_thread(parse_request, body, content_type)
+        except OTLPDecodeError as e:
+            return Outcome(Verdict.BAD_REQUEST, str(e)[:MAX_MESSAGE])
+        del body
         try:
             result = await asyncio.to_thread(self._ingest, request)
+        except TooManyOpen as e:
+            return Outcome(Verdict.UNAVAILABLE, str(e), retry_after=random.randint(1, 3))
         except (sqlite3.OperationalError, OSError) as e:  # disk full, locked, I/O: nothing was acknowledged
             logger.error("error=<%s> | store cannot take the request; answered unavailable", e)
             return Outcome(Verdict.UNAVAILABLE, "store unavailable", retry_after=random.randint(1, 3))
@@ -190,10 +210,6 @@ class AcceptPath:
             return Outcome(Verdict.BAD_REQUEST, "; ".join(result.errors)[:MAX_MESSAGE], result)
         await self._hold(result)
         return Outcome(Verdict.OK, "", result)
-
-    def _decode(self, submission: Submission, content_type: str) -> ExportTraceServiceRequest:
-        body = decompress(submission.body, submission.content_encoding, self.limits.max_decompressed_bytes)
-        return parse_request(body, content_type)
 
     def authorized(self, header: str | None) -> bool:
         """Bearer-token check (constant time); always true when no token is configured."""

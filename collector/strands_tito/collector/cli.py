@@ -27,6 +27,7 @@ def _address(value: str, option: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+# long: a declaration list, one statement per option
 def _parser() -> argparse.ArgumentParser:
     """The ``strands-tito collect`` options (a declaration list; :func:`parse_args` checks how they combine)."""
     p = argparse.ArgumentParser(prog="strands-tito collect", description="Receive OTLP spans, write trajectories.")
@@ -55,9 +56,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", type=Path, help="TLS private key (PEM)")
     p.add_argument("--idle-timeout", type=float, default=600, help="seconds before an unended trajectory is written")
     p.add_argument("--max-body-mb", type=float, default=64, help="largest request body, compressed (default 64)")
-    p.add_argument("--max-decompressed-mb", type=float, default=256, help="largest body after decompression")
+    p.add_argument(
+        "--max-decompressed-mb", type=float, default=64, help="largest body after decompression (default 64)"
+    )
     p.add_argument("--max-store-mb", type=float, default=10240, help="refuse new data (503) above this store size")
     p.add_argument("--max-inflight", type=int, default=64, help="requests processed at once before answering 503")
+    p.add_argument(
+        "--max-open-trajectories",
+        type=int,
+        default=100_000,
+        help="open trajectories at once; requests starting more get 503 until some finish (default 100000)",
+    )
     p.add_argument(
         "--max-connections", type=int, default=256, help="HTTP connections at once; more get 503 (default 256)"
     )
@@ -124,6 +133,7 @@ def parse_args(argv: list[str]) -> CollectorConfig:
         max_store_bytes=int(a.max_store_mb * 1024 * 1024),
         max_inflight=a.max_inflight,
         max_connections=a.max_connections,
+        max_open_trajectories=a.max_open_trajectories,
         idle_timeout=a.idle_timeout,
         progress_interval=a.progress_interval,
         head_timeout=a.head_timeout,
@@ -144,8 +154,8 @@ def _check_ranges(p: argparse.ArgumentParser, a: argparse.Namespace, argv: list[
         p.error("--agl-key and --agl-model need --agl-url")
     if a.agl_ack_timeout < 0:
         p.error("--agl-ack-timeout must be >= 0")
-    if a.max_connections < 1:
-        p.error("--max-connections must be >= 1")
+    if min(a.max_connections, a.max_open_trajectories) < 1:
+        p.error("--max-connections and --max-open-trajectories must be >= 1")
     if a.parquet_part_rows < 1 or a.parquet_linger < 0:
         p.error("--parquet-part-rows must be >= 1 and --parquet-linger >= 0")
     if min(a.head_timeout, a.body_timeout, a.shutdown_timeout) <= 0:

@@ -37,6 +37,10 @@ class PayloadTooLarge(StrandsTitoError, ValueError):
     """The body, once decompressed, is larger than the collector accepts."""
 
 
+class TooManyOpen(StrandsTitoError, RuntimeError):
+    """The request starts new trajectories while ``max_open`` are open (the client retries later)."""
+
+
 @dataclass
 class IngestResult:
     """What became of one export request."""
@@ -63,8 +67,15 @@ class Ingestor:
         on_finished: Called (outside the lock) after trajectories were moved to the outbox.
     """
 
-    def __init__(self, store: Store, exporters: list[str], on_finished: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        exporters: list[str],
+        on_finished: Callable[[], None] = lambda: None,
+        max_open: int = 100_000,
+    ) -> None:
         self.store = store
+        self.max_open = max_open
         self.exporters = exporters
         # Only span references stay in memory; a trajectory's payload is read back from the store when it ends, so
         # memory does not grow with the number of trajectories in flight.
@@ -118,6 +129,13 @@ class Ingestor:
         candidates = self._decode_request(request, result)
         done: list[TrajectoryRecord] = []
         with self._lock:
+            if self.open_trajectories >= self.max_open:
+                unseen = {s.trajectory_id for s, _ in candidates if not self.assembler.is_open(s.trajectory_id)}
+                if unseen - self.store.finished(unseen):
+                    raise TooManyOpen(
+                        f"{self.open_trajectories} trajectories are open (--max-open-trajectories); spans of open "
+                        "ones are taken, new ones wait"
+                    )
             late = self.store.finished(s.trajectory_id for s, _ in candidates)
             retries = self.store.written((s.trace_id, s.span_id) for s, _ in candidates if s.trajectory_id in late)
             keep: list[tuple[StoredSpan, spans.Decoded]] = []

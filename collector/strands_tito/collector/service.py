@@ -56,9 +56,11 @@ class CollectorConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     max_body_bytes: int = 64 * 1024 * 1024
-    max_decompressed_bytes: int = 256 * 1024 * 1024
+    max_decompressed_bytes: int = 64 * 1024 * 1024
     max_inflight: int = 64
     max_connections: int = 256
+    max_open_trajectories: int = 100_000
+    """Open trajectories held at once; a request that starts another one past it is answered 503 (retried)."""
     """HTTP connections served at once; more are answered 503 and closed (one log line per burst)."""
     max_store_bytes: int = 10 * 1024**3
     idle_timeout: float = 600.0
@@ -88,7 +90,9 @@ class Collector:
         self.metrics = Metrics()
         self.health = Health(self.metrics)
         self.delivery = Delivery(self.store, self.exporters, self.metrics, self.health, config.batch_size)
-        self.ingestor = Ingestor(self.store, [e.name for e in self.exporters], self.delivery.wake)
+        self.ingestor = Ingestor(
+            self.store, [e.name for e in self.exporters], self.delivery.wake, config.max_open_trajectories
+        )
         limits = Limits(
             config.token, config.max_body_bytes, config.max_decompressed_bytes, config.max_inflight,
             config.max_store_bytes,

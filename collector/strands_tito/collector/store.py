@@ -35,6 +35,8 @@ from typing import IO, Any
 
 from strands_tito.errors import StrandsTitoError
 
+BATCH_BYTES = 16 * 1024 * 1024
+"""Most record text in one export batch (a record is about 10x its text as Python objects while exported)."""
 WAL_CHECKPOINT_PAGES = 256
 """Pages (64 KiB each) the log may hold before SQLite checkpoints it into the database (16 MiB)."""
 WAL_LIMIT_BYTES = 32 * 1024 * 1024
@@ -295,21 +297,31 @@ class Store:
             row = self._db.execute("SELECT next_attempt FROM batches WHERE batch_id = ?", (batch_id,)).fetchone()
         return float(row[0]) if row else 0.0
 
-    def start_batch(self, exporter: str, position: str, limit: int) -> Batch | None:
-        """Assign up to ``limit`` waiting records to a new batch that will be written at ``position``."""
+    def start_batch(self, exporter: str, position: str, limit: int, max_bytes: int = BATCH_BYTES) -> Batch | None:
+        """Assign up to ``limit`` waiting records, at most ``max_bytes`` of them (at least one), to a new batch that
+        will be written at ``position``: a batch of long trajectories stays a bounded amount of memory."""
         with self._transaction() as db:
-            rows = db.execute(
-                "SELECT rowid, record FROM outbox WHERE exporter = ? AND batch_id IS NULL ORDER BY rowid LIMIT ?",
+            sizes = db.execute(
+                "SELECT rowid, length(record) FROM outbox WHERE exporter = ? AND batch_id IS NULL ORDER BY rowid "
+                "LIMIT ?",
                 (exporter, limit),
             ).fetchall()
-            if not rows:
+            if not sizes:
                 return None
+            rowids: list[int] = []
+            total = 0
+            for rowid, size in sizes:
+                if rowids and total + size > max_bytes:
+                    break
+                rowids.append(rowid)
+                total += size
             batch_id = db.execute(
                 "INSERT INTO batches (exporter, position) VALUES (?, ?)", (exporter, position)
             ).lastrowid
             assert batch_id is not None
-            db.executemany("UPDATE outbox SET batch_id = ? WHERE rowid = ?", [(batch_id, r[0]) for r in rows])
-        return Batch(batch_id, exporter, position, 0, [json.loads(r[1]) for r in rows])
+            db.executemany("UPDATE outbox SET batch_id = ? WHERE rowid = ?", [(batch_id, r) for r in rowids])
+            rows = db.execute("SELECT record FROM outbox WHERE batch_id = ? ORDER BY rowid", (batch_id,)).fetchall()
+        return Batch(batch_id, exporter, position, 0, [json.loads(r[0]) for r in rows])
 
     def batch_failed(self, batch_id: int, retry_in: float) -> None:
         """Count a failed attempt and set when to try again."""

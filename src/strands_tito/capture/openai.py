@@ -446,6 +446,7 @@ def _record(model: Any, state: _CallState, call: _Call) -> None:
         finish_reason=finish_reason,
         model_id=str(model_id) if model_id is not None else None,
         request_id=call.request_id,
+        agent=state,
     )
     if recorded:
         state.log.add(prompt_ids, output_ids)
@@ -458,6 +459,7 @@ def _wrap_stream(original: Any) -> Any:
                 yield event
             return
         state = _state(self, kwargs.get("model_state"))
+        state.note_agent((kwargs.get("invocation_state") or {}).get("agent"))
         call = _Call(flavor=_flavor())
         inner = original(self, *args, **kwargs)
         try:

@@ -21,6 +21,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -253,7 +254,10 @@ def _put_on_span(
     tid = owner.trajectory_id
     with _lock:
         lineage = _lineages.get(tid)
-        if lineage is None:
+        if lineage is None and agent is not None and agent.lineage is not None:
+            # A later sample of the agent's episode (its history was rewritten): the first sample's place.
+            lineage = _lineages[tid] = replace(agent.lineage, sample_index=agent.sample_index)
+        elif lineage is None:
             lineage = _lineages[tid] = lineage_of(
                 span,
                 tid,
@@ -262,6 +266,8 @@ def _put_on_span(
                 episode_of=_lineages,
                 rollout_id=identity.get(AGL_ROLLOUT_ID),
             )
+            if agent is not None:
+                agent.lineage = lineage
     attributes.update(lineage_attributes(lineage, identity.get(AGL_ROLLOUT_ID) or tid))
     limits = getattr(span, "_limits", None)
     check_span_limits(limits)
@@ -332,9 +338,21 @@ class AgentState(dict[str, Any]):
         self.trajectory = trajectory
         self.agent_id: str | None = None
         self.agent_name: str | None = None
+        #: The lineage of the agent's first sample on spans; later samples keep its episode, parent and agent.
+        self.lineage: Lineage | None = None
         attach_span_tree()  # before the agent's spans start, so its sub-agents find it
         finalizer = weakref.finalize(self, end_trajectory, trajectory, "released")
         finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
+
+    @property
+    def samples(self) -> Sequence[Trajectory | CallSequence]:
+        """The agent's samples in this episode, in order (a provider that starts new samples lists them all)."""
+        return [self.trajectory]
+
+    @property
+    def sample_index(self) -> int:
+        """Which sample of the episode :attr:`trajectory` is."""
+        return 0
 
     def note_agent(self, agent: Any) -> None:
         """Remember the Strands agent's ``agent_id`` and ``name`` (its spans' ``gen_ai.agent.*``), once."""
@@ -380,20 +398,22 @@ def record_reward(
 
     Args:
         value: The reward.
-        agent: Whose trajectory it is (an agent using a strands-tito model); default: the trajectory that had a
-            turn most recently in this process.
+        agent: Whose trajectory it is (an agent using a strands-tito model; every sample of its episode gets the
+            reward); default: the trajectory that had a turn most recently in this process.
         trajectory: The trajectory itself, instead of ``agent``.
         name: A label for the reward.
         episode: Reward the whole episode of that trajectory instead: every agent's trajectory in it that is still
             open (not yet ended) in this process gets the reward.
     """
+    targets: list[str] = []
     if trajectory is None and agent is not None:
         state = state_of(agent)
         trajectory = state.trajectory if state is not None else None
+        targets = [t.trajectory_id for t in state.samples] if state is not None else []
     trajectory = trajectory or _last_active
     if trajectory is None:
         raise ValueError("record_reward: no trajectory to attach the reward to (pass agent= or trajectory=)")
-    targets = [trajectory.trajectory_id]
+    targets = targets or [trajectory.trajectory_id]
     if episode:
         with _lock:
             lineage = _lineages.get(trajectory.trajectory_id)

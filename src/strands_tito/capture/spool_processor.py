@@ -239,7 +239,7 @@ class SpoolingSpanProcessor(SpanProcessor):
             )
             sys.stderr.flush()
 
-    def _refused(self, refused: Sequence[ReadableSpan]) -> None:
+    def _report_refused(self, refused: Sequence[ReadableSpan]) -> None:
         """Report, once per trajectory, spans the collector refuses; they are not sent again."""
         self.refused += len(refused)
         counts: dict[str, int] = {}
@@ -289,7 +289,7 @@ class SpoolingSpanProcessor(SpanProcessor):
                 kept = [s for s in chunk if (s.attributes or {}).get(spans.KIND) in ("end", "reward")]
                 with self._cond:
                     for span in chunk:
-                        if not any(span is k for k in kept):
+                        if span not in kept:
                             self._drop(span, span.attributes or {}, f"the spool could not be written ({e})")
                     for span in reversed(kept):
                         size = estimate_size(span)
@@ -364,7 +364,7 @@ class SpoolingSpanProcessor(SpanProcessor):
                     )
                     refusals = (segment, end, rounds)
                     if rounds >= REFUSALS:
-                        self._refused(spooled)
+                        self._report_refused(spooled)
                         ok, refusals = True, None
                 if ok:
                     self.spool.ack(segment, end)

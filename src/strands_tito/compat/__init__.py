@@ -4,7 +4,8 @@ A strands-sglang 0.6 user switches by changing one import, ``strands_sglang`` ->
 module exported at the top level are :mod:`strands_tito`'s own (``SGLangModel``, ``SGLangClient``, ``Rollout``,
 ``LoopLimiter``, ``get_client`` ...). Its other module paths are served from this package, one module per path, each
 holding exactly what that module held in 0.6.2 (``strands_tito.client`` is :mod:`strands_tito.compat.client`, and
-so on; :data:`MODULE_PATHS` lists them). What differs from 0.6.2, and why, is the README's migration table.
+so on; :data:`MODULE_PATHS` lists them). What differs from 0.6.2, and why, is the migration table
+(``docs/migration.md``, linked from the README).
 
 A few 0.6.2 names must be attributes of strands-tito's own classes to work at all; they are listed here so this
 package stays the one place to read:

@@ -26,17 +26,21 @@ Deliberate differences: no streaming, no ``n > 1``, sampling knobs other than st
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import numpy as np
+
 from strands_tito.engine.conversations import Conversation
 from strands_tito.engine.core import EngineCore, weight_version_spans
 from strands_tito.engine.openai_parsing import StopFieldError, read_stops
 from strands_tito.engine.outputs import Outcome
-from strands_tito.engine.protocol import SamplingParams, finish_abort, token_logprob
+from strands_tito.engine.protocol import SamplingParams, finish_abort, routed_experts_for, token_logprob
 from strands_tito.engine.records import NO_SCRIPT_MESSAGE, NON_JSON_BODY, EngineRecord, new_record, truncated_json
 from strands_tito.engine.script import Fault, Reply, Step
 from strands_tito.http_server import AnyResponse, Connection, Request, Response, json_response
@@ -411,6 +415,17 @@ class VLLMEndpoints:
             "completion_tokens_details": None,
         }
 
+    def _routed_experts(self, prompt: Sequence[int], out: Sequence[int]) -> str | None:
+        """vLLM's ``--enable-return-routed-experts``: base64 of a ``.npy`` over the whole sequence but its last token,
+        ``(len - 1, num_layers, top_k)``, uint8 or uint16 as the expert count allows (emulated ids)."""
+        if self.core.routed_experts is None or not out:
+            return None
+        num_layers, top_k, num_experts = self.core.routed_experts
+        array = routed_experts_for([*prompt, *out], 0, num_layers, top_k, num_experts)
+        buffer = io.BytesIO()
+        np.save(buffer, array.astype(np.uint8 if num_experts <= 256 else np.uint16))
+        return base64.b64encode(buffer.getvalue()).decode("ascii")
+
     def _generate_body(self, call: _Call, outcome: Outcome) -> dict[str, Any]:
         out, base = outcome.out, len(call.prompt)
         finish_reason, stop_reason = self._finish_fields(outcome)
@@ -427,7 +442,7 @@ class VLLMEndpoints:
             "finish_reason": finish_reason,
             "stop_reason": stop_reason,
             "token_ids": list(out),
-            "routed_experts": None,
+            "routed_experts": self._routed_experts(call.prompt, out),
             "sampling_mask": None,
             # The tokens endpoint always sends them (token_in_token_out/serving.py:502, 736).
             "weight_versions": self._weight_versions(call, out) if out else None,
@@ -480,7 +495,7 @@ class VLLMEndpoints:
         choice["prompt_logprobs"] = self._prompt_logprobs(call)
         if call.return_token_ids:
             choice["prompt_token_ids"] = list(call.prompt)
-        choice["routed_experts"] = None
+        choice["routed_experts"] = self._routed_experts(call.prompt, out)
         if call.return_weight_versions:  # completion/serving.py:650-654
             choice["weight_versions"] = self._weight_versions(call, out)
         return {

@@ -13,7 +13,7 @@ import copy
 import itertools
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypedDict, get_args, get_type_hints
 
 from strands.types.content import ContentBlock, Messages
 from strands.types.tools import ToolSpec
@@ -57,10 +57,7 @@ class HistoryConfig(TypedDict, total=False):
     reasoning_retention: Literal["keep", "template"]
 
 
-_POLICIES: dict[str, tuple[str, ...]] = {
-    "on_rewrite": ("new_sample", "raise"),
-    "reasoning_retention": ("keep", "template"),
-}
+_POLICIES: dict[str, tuple[str, ...]] = {key: get_args(hint) for key, hint in get_type_hints(HistoryConfig).items()}
 
 
 def check_history_config(config: Mapping[str, Any]) -> None:
@@ -108,11 +105,18 @@ class EpisodeState(AgentState):
         self.held.extend((m["role"], copy.deepcopy(m["content"])) for m in messages[len(self.held) :])
         self.cursor = len(messages) + 1
 
-    def close_sample(self, reason: str) -> None:
-        """Close the current sample as it stands (its end signal goes out now) and start an empty one."""
-        closed = self.trajectory
-        self.closed.append(closed)
-        end_trajectory(closed, reason)
+    @property
+    def sample_index(self) -> int:
+        """Which sample of the episode :attr:`trajectory` is."""
+        return len(self.closed)
+
+    def close_sample(self) -> None:
+        """Close the current sample as it stands and start an empty one.
+
+        The closed sample's end signal goes out with the others' when the episode ends (``reset``, the agent
+        released, exit), so an episode reward reaches it too.
+        """
+        self.closed.append(self.trajectory)
         self.trajectory = Trajectory()
         finalizer = weakref.finalize(self, end_trajectory, self.trajectory, "released")
         finalizer.atexit = False  # as for the first sample: exit is handled by capture's shutdown
@@ -148,7 +152,7 @@ def next_prompt(
                 f"the agent's history no longer holds what the trajectory holds ({state.cursor} messages then, "
                 f"{len(messages)} now); on_rewrite='new_sample' starts a new sample instead"
             )
-        state.close_sample("rewritten")
+        state.close_sample()
         return prompts.first_prompt(messages, tool_specs, system_prompt, images, format_tools=format_tools)
     cursor = state.cursor
     if config.get("reasoning_retention") == "template" and any(
@@ -183,7 +187,7 @@ def _template_turn(
     if len(whole) > len(held) and whole[: len(held)] == held:
         images.extend(rendered[len(state.trajectory.images) :])
         return whole[len(held) :]
-    state.close_sample("template")
+    state.close_sample()
     images.extend(rendered)
     return whole
 

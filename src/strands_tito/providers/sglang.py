@@ -277,14 +277,9 @@ def _top_p_sets(meta: dict[str, Any], outputs: int) -> tuple[list[int], list[int
         raise SGLangResponseError(
             "top-p token sets were requested but the reply has none (the server needs slime's SGLang top-p patch)"
         )
-    ids = _int32_values(meta[ids_key], ids_key)
-    offsets = _int32_values(meta[offsets_key], offsets_key)
-    if len(offsets) != outputs + 1 or offsets[0] != 0 or offsets[-1] != len(ids):
-        raise SGLangResponseError(
-            f"meta_info.{offsets_key} has {len(offsets)} entries ending at {offsets[-1] if offsets else None} for "
-            f"{outputs} generated tokens and {len(ids)} ids (needs {outputs + 1} from 0 to {len(ids)})"
-        )
-    return ids, offsets
+    ids, offsets = _int32_values(meta[ids_key], ids_key), _int32_values(meta[offsets_key], offsets_key)
+    checked_ids, checked_offsets = checks.top_p_sets(ids, offsets, outputs, "meta_info top-p sets", SGLangResponseError)
+    return list(checked_ids), list(checked_offsets)
 
 
 def _logprob_entries(entries: Any, expected_ids: Sequence[int], where: str, missing: Missing) -> list[float | None]:

@@ -1,5 +1,6 @@
 """Helpers for slime's custom rollout functions: cached clients and tokenizers built from slime's arguments, and
-``Sample`` s filled from captured trajectories (one per agent of a multi-agent episode).
+``Sample`` s filled from captured trajectories (one per agent of a multi-agent episode, one per sample of a rewritten
+one).
 
 slime's ``Sample`` (``slime/utils/types.py``) is filled by attribute, so any object with its fields works (slime's own,
 or a stand-in without slime installed). The fields, as slime reads them: ``tokens`` (the whole sequence),
@@ -93,12 +94,13 @@ def fill_sample(sample: Any, trajectory: Trajectory, tokenizer: PreTrainedTokeni
 def samples_for_agents(
     sample: Any, trajectories: Sequence[Trajectory], tokenizer: PreTrainedTokenizerBase | None = None
 ) -> list[Any]:
-    """One ``Sample`` per agent of a multi-agent episode (slime's sub-agent fan-out returns ``list[Sample]``).
+    """One ``Sample`` per agent of a multi-agent episode (slime's sub-agent fan-out returns ``list[Sample]``), or
+    per sample of an episode whose history was rewritten (``trajectories=model.samples``, see ``docs/samples.md``).
 
     Each is a copy of ``sample`` (same ``index``, ``group_index``, prompt, label) filled from one trajectory by
     :func:`fill_sample`; its ``metadata`` gains ``rollout_id`` (the sample's own, else the episode: shared by all),
-    ``trajectory_id``, ``episode_id``, ``parent_trajectory_id`` and ``agent_name``. Call it before the trajectories
-    end (their lineage is known while they are open).
+    ``trajectory_id``, ``episode_id``, ``parent_trajectory_id``, ``agent_name`` and ``sample_index``. Call it before
+    the trajectories end (their lineage is known while they are open).
     """
     samples = []
     for trajectory in trajectories:
@@ -111,6 +113,7 @@ def samples_for_agents(
             episode_id=lineage.episode_id if lineage else None,
             parent_trajectory_id=lineage.parent_trajectory_id if lineage else None,
             agent_name=lineage.agent_name if lineage else None,
+            sample_index=lineage.sample_index if lineage else None,
         )
         filled.metadata = metadata
         samples.append(filled)

@@ -206,7 +206,7 @@ class TokenModel(Model):
     def format_tool_specs(self, tool_specs: Sequence[ToolSpec]) -> list[dict[str, Any]] | None:
         """The tool specs as the chat template's ``tools`` (OpenAI function form); override to change them.
 
-        Used once per trajectory, for its first prompt (strands-sglang 0.6's extension point of the same name).
+        Used for each sample's first prompt (strands-sglang 0.6's extension point of the same name).
         """
         return format_tool_specs(tool_specs)
 
@@ -276,7 +276,8 @@ class TokenModel(Model):
         states = sorted(self._states, key=lambda s: s.order)
         self.rollout_history.extend(t for s in states if s.epoch == self._epoch for t in s.samples)
         for state in states:
-            end_trajectory(state.trajectory, "reset")
+            for sample in [*state.closed, state.trajectory]:
+                end_trajectory(sample, "reset")
         self._epoch += 1
         self._default_state = EpisodeState(self._epoch)
         self._last_state = self._default_state

@@ -48,6 +48,7 @@ from strands_tito.providers.token_model import (
     check_token_ids,
 )
 from strands_tito.providers.tool_parsers import ToolParser
+from strands_tito.replay import npy_rows
 from strands_tito.trajectory import FinishReason
 
 __all__ = [
@@ -114,6 +115,7 @@ class VLLMConfig(BaseModelConfig, HistoryConfig, total=False):
         return_prompt_token_ids: Ask ``/inference/v1/generate`` to echo the prompt ids and check them against what
             was sent (``/v1/completions`` always echoes them); costs O(context) bytes per turn.
         endpoint: ``"auto"`` (default), ``"generate"`` or ``"completions"`` (see the module docs).
+        return_routed_experts: Record MoE routing (R3) as vLLM returns it (``--enable-return-routed-experts``).
         enable_thinking: Passed to the chat template; None keeps the template's default.
         context_window_limit: Context length; when unset it is read from the server's ``/v1/models``.
     """
@@ -124,6 +126,7 @@ class VLLMConfig(BaseModelConfig, HistoryConfig, total=False):
     return_prompt_logprobs: bool
     return_prompt_token_ids: bool
     endpoint: Endpoint
+    return_routed_experts: bool
     enable_thinking: bool | None
 
 
@@ -389,6 +392,8 @@ class VLLMModel(TokenModel):
             runs, version = weight_versions_of(
                 choice.get("weight_versions"), None, len(output_ids), where, VLLMResponseError
             )
+        want = request.record and self.config.get("return_routed_experts", False) and finish != "abort"
+        routes, layout = npy_rows(choice, want, len(input_ids) + len(output_ids), request.recorded, VLLMResponseError)
         return Generation(
             output_ids=output_ids,
             output_logprobs=reply.output_logprobs,
@@ -403,7 +408,8 @@ class VLLMModel(TokenModel):
             request_id=request_id if isinstance(request_id, str) else None,
             weight_version=version,
             weight_versions=runs,
-            routed_experts=None,
+            routed_experts=routes,
+            routed_experts_layout=layout,
             source=source,
             aborted=f"finish_reason={choice.get('finish_reason')!r}" if finish == "abort" else None,
         )
