@@ -61,6 +61,8 @@ _WRITES_INTO_THE_TURN: Final = {"<|tool_response>": "Gemma-4"}
 _STAND_IN: Final[list[dict[str, Any]]] = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
 _MARK: Final = "\u2063tito-assistant-content\u2063"
 _PROBE_TOOL: Final = "tito_probe_tool"
+# Nine letters or digits, like every probe call id: Mistral's templates refuse any other id.
+_PROBE_CALL_ID: Final = "call00000"
 _PROBE_RESULT: Final = "tito-probe-result"
 _PROBE_USER: Final = "tito-probe-user"
 #: Every stop and end-of-turn token of the known families; the ones the tokenizer has are end-of-turn candidates.
@@ -83,7 +85,7 @@ KNOWN_IMAGE_TOKENS: Final[tuple[str, ...]] = (
 
 def _probe_call(json_text: bool) -> dict[str, Any]:
     arguments = call_arguments({"a": 1}, json_text)
-    return {"id": "call_0", "type": "function", "function": {"name": _PROBE_TOOL, "arguments": arguments}}
+    return {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": _PROBE_TOOL, "arguments": arguments}}
 
 
 class PromptEncoder:
@@ -222,10 +224,12 @@ class PromptEncoder:
 
     def _probe(self) -> None:
         """Follow one tool round and one new user turn the way an episode would, or fail naming the behaviour."""
-        call: Any = {"toolUse": {"toolUseId": "call_0", "name": _PROBE_TOOL, "input": {"a": 1}}}
+        call: Any = {"toolUse": {"toolUseId": _PROBE_CALL_ID, "name": _PROBE_TOOL, "input": {"a": 1}}}
         calling: Message = {"role": "assistant", "content": [{"text": "x"}, call]}
         answering: Message = {"role": "assistant", "content": [{"text": "x"}]}
-        result: Any = {"toolResult": {"toolUseId": "call_0", "status": "success", "content": [{"text": _PROBE_RESULT}]}}
+        result: Any = {
+            "toolResult": {"toolUseId": _PROBE_CALL_ID, "status": "success", "content": [{"text": _PROBE_RESULT}]}
+        }
         results: Message = {"role": "user", "content": [result]}
         question: Message = {"role": "user", "content": [{"text": _PROBE_USER}]}
         stop = self.encode(self.end_tokens[0])
@@ -244,9 +248,14 @@ class PromptEncoder:
         # calls in the stand-in tail; the others render the same without them.
         first = self.continuation([results], calling, stop, behaviour="a tool result after an assistant tool call")
         self.numbers_calls = True
-        later = self.continuation(
-            [results], calling, stop, earlier_calls=1, behaviour="a tool result after earlier tool calls"
-        )
+        try:
+            later = self.continuation(
+                [results], calling, stop, earlier_calls=1, behaviour="a tool result after earlier tool calls"
+            )
+        except PromptError:
+            # The stand-in history with earlier calls is not one the template accepts (Ministral-3 wants strictly
+            # alternating roles): it numbers nothing from there, and episodes never render that history.
+            later = first
         # (Templates that drop the content of a message with calls, Llama-3.x, are found from the bare stand-in's end,
         # so they never get the earlier calls; their result headers carry no numbers.)
         self.numbers_calls = first != later and _MARK in self.render(
@@ -303,7 +312,7 @@ class PromptEncoder:
             [
                 *_STAND_IN,
                 {"role": "assistant", "content": "x", "tool_calls": [_probe_call(self.json_arguments)]},
-                {"role": "tool", "tool_call_id": "call_0", "name": _PROBE_TOOL, "content": [image]},
+                {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": _PROBE_TOOL, "content": [image]},
             ],
         )
         found: set[str] = set()
@@ -474,7 +483,7 @@ def _earlier_calls(count: int, json_text: bool) -> list[dict[str, Any]]:
     """A stand-in user query answered by ``count`` tool calls and their results."""
     calls = [
         {
-            "id": f"call_{i}",
+            "id": f"call{i:05d}",
             "type": "function",
             "function": {"name": _PROBE_TOOL, "arguments": call_arguments({}, json_text)},
         }

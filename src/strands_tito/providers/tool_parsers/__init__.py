@@ -34,7 +34,12 @@ from typing import Any
 
 from strands_tito.errors import StrandsTitoError
 from strands_tito.providers.tool_parsers.base import UNKNOWN_TOOL_NAME, ToolCall, ToolParser, new_call_id
-from strands_tito.providers.tool_parsers.detect import ToolParserDetectionError, detect_tool_parser, foreign_markup
+from strands_tito.providers.tool_parsers.detect import (
+    ToolParserDetectionError,
+    check_reads_template_calls,
+    detect_tool_parser,
+    foreign_markup,
+)
 from strands_tito.providers.tool_parsers.detect import warn_foreign_markup as _warn_foreign_markup
 from strands_tito.providers.tool_parsers.dsml import DeepSeekV4ToolParser, DeepSeekV32ToolParser
 from strands_tito.providers.tool_parsers.harmony import GptOssToolParser
@@ -99,7 +104,9 @@ def get_tool_parser(name: str = "auto", *, tokenizer: Any = None, **kwargs: Any)
     if name == "auto":
         if tokenizer is None:
             raise ValueError(f'tool parser "auto" needs the tokenizer; or name one of {sorted(TOOL_PARSERS)}')
-        name = detect_tool_parser(tokenizer, TOOL_PARSERS)
+        parser = get_tool_parser(detect_tool_parser(tokenizer, TOOL_PARSERS), **kwargs)
+        check_reads_template_calls(parser, tokenizer)  # the marks matched: the template's own call must parse
+        return parser
     try:
         parser_class = TOOL_PARSERS[name]
     except KeyError:

@@ -11,6 +11,7 @@ neither names exactly one parser, :class:`ToolParserDetectionError` lists the pa
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -19,7 +20,13 @@ from transformers.utils.chat_template_utils import render_jinja_template
 from strands_tito.errors import StrandsTitoError
 from strands_tito.providers.tool_parsers.base import ToolParser
 
-__all__ = ["ToolParserDetectionError", "detect_tool_parser", "foreign_markup", "warn_foreign_markup"]
+__all__ = [
+    "ToolParserDetectionError",
+    "check_reads_template_calls",
+    "detect_tool_parser",
+    "foreign_markup",
+    "warn_foreign_markup",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -86,30 +93,70 @@ _PROBE_CALL_ID = "c00000000"
 _PROBE_USER = "tito-probe-user"
 
 
-def rendered_call(template: str) -> str | None:
-    """How ``template`` writes an assistant's tool call (the text around a probe call), None if it writes none.
+def written_call(template: str, special_tokens: dict[str, Any] | None = None) -> str | None:
+    """What ``template`` writes for an assistant turn holding one probe call, None if it writes no call.
 
-    The call is tried with its arguments as a mapping and as JSON text (templates want one or the other).
+    The call is tried with its arguments as a mapping and as JSON text, and the turn's content as ``""`` and as
+    ``None`` (templates want one or the other).
     """
     tool = {
         "type": "function",
         "function": {"name": _PROBE_TOOL, "description": "", "parameters": {"type": "object", "properties": {}}},
     }
-    for arguments in ({"a": 1}, '{"a": 1}'):
+    for arguments, content in (({"a": 1}, ""), ('{"a": 1}', ""), ({"a": 1}, None), ('{"a": 1}', None)):
         call = {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": _PROBE_TOOL, "arguments": arguments}}
         messages: list[dict[str, Any]] = [
             {"role": "user", "content": _PROBE_USER},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": _PROBE_TOOL, "content": "R"},
+            {"role": "assistant", "content": content, "tool_calls": [call]},
         ]
         try:
-            text = render_jinja_template([messages], tools=[tool], chat_template=template)[0][0]
-        except Exception:  # this argument form is refused, or the template needs what the probe lacks
+            text = _render(template, messages, tool, special_tokens, generation=False)
+            prompt = _render(template, messages[:1], tool, special_tokens, generation=True)
+        except Exception:  # this form is refused, or the template needs what the probe lacks
             continue
-        # The tools list names the probe tool too: look after the user's message.
-        position = text.find(_PROBE_TOOL, max(text.find(_PROBE_USER), 0))
-        return None if position == -1 else text[max(0, position - 60) : position + 60]
+        # What the model writes follows the generation prompt (or as much of it as the template re-renders; cut at
+        # a tag's or line's end, so that a tag both share in part stays whole).
+        shared = len(os.path.commonprefix([text, prompt]))  # noqa: RUF071 (strings, not paths)
+        shared = max(text.rfind(">", 0, shared), text.rfind("\n", 0, shared)) + 1 if shared < len(prompt) else shared
+        turn = text[shared:]
+        if _PROBE_TOOL in turn:
+            return turn
     return None
+
+
+def _render(template: str, messages: list[dict[str, Any]], tool: Any, special_tokens: Any, *, generation: bool) -> str:
+    rendered = render_jinja_template(
+        [messages], tools=[tool], chat_template=template, add_generation_prompt=generation, **(special_tokens or {})
+    )
+    return str(rendered[0][0])
+
+
+def rendered_call(template: str) -> str | None:
+    """How ``template`` writes an assistant's tool call (the text around a probe call), None if it writes none."""
+    turn = written_call(template)
+    if turn is None:
+        return None
+    position = turn.find(_PROBE_TOOL)
+    return turn[max(0, position - 60) : position + 60]
+
+
+def check_reads_template_calls(parser: ToolParser, tokenizer: Any) -> None:
+    """Refuse ``parser`` for the tokenizer when its template writes a call the parser does not read.
+
+    Raises:
+        ToolParserDetectionError: The template's marks named the parser, but the call it writes is another format.
+    """
+    template = _template_text(tokenizer)
+    special = {k: v for k, v in (getattr(tokenizer, "special_tokens_map", None) or {}).items() if isinstance(v, str)}
+    turn = written_call(template, special) if template else None
+    if turn is None or any(c.error is None and c.name == _PROBE_TOOL for c in parser.parse(turn)):
+        return
+    position = turn.find(_PROBE_TOOL)
+    raise ToolParserDetectionError(
+        f"cannot choose a tool parser for this tokenizer: its chat template looks like {parser.name}'s but writes a "
+        f"tool call as {turn[max(0, position - 60) : position + 60]!r}, which {parser.name} does not read; pass "
+        "tool_parser= a parser for it"
+    )
 
 
 def detect_tool_parser(tokenizer: Any, known: Iterable[str] | None = None) -> str:
