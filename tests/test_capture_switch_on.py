@@ -364,11 +364,8 @@ def test_unset_imports_nothing_and_exports_nothing(engine, sinks) -> None:  # ty
         ({**DISTRO_ENV, "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "16"}, True, "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT"),
         ({capture.ENV_CAPTURE: "otlp,bogus"}, False, capture.ENV_CAPTURE),
         ({capture.ENV_CAPTURE: "otlp", ENV_SPANS: "some"}, False, ENV_SPANS),
-        # Switched on with nowhere to send: one line naming both ways to give it a destination.
-        ({capture.ENV_CAPTURE: "1"}, False, "OTEL_EXPORTER_OTLP_ENDPOINT"),
-        ({capture.ENV_CAPTURE: "1", "OTEL_TRACES_EXPORTER": "none"}, False, "STRANDS_TITO_OUTPUT"),
     ],
-    ids=["limit-variable", "limit-instrument", "bad-value", "bad-spans", "no-destination", "exporter-none"],
+    ids=["limit-variable", "limit-instrument", "bad-value", "bad-spans"],
 )
 def test_bad_settings_stop_the_process_at_start_up(env: dict[str, str], instrument: bool, variable: str) -> None:
     done = run(env, "-c", "print('the program ran')", instrument=instrument)
@@ -376,6 +373,32 @@ def test_bad_settings_stop_the_process_at_start_up(env: dict[str, str], instrume
     assert "the program ran" not in done.stdout
     assert variable in done.stderr and "strands-tito: trace capture cannot start" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+FIRST_TRACER = (
+    "from strands.telemetry.tracer import get_tracer; print('the program ran', flush=True); get_tracer(); print('past')"
+)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [{capture.ENV_CAPTURE: "1"}, {capture.ENV_CAPTURE: "1", "OTEL_TRACES_EXPORTER": "none"}],
+    ids=["no-destination", "exporter-none"],
+)
+def test_capture_with_nowhere_to_send_stops_before_the_first_agent(env: dict[str, str]) -> None:
+    # Not at interpreter start (an application may set up its own provider first), but when Strands creates its
+    # tracer with no provider of the application's: one line naming both ways to give capture a destination.
+    done = run(env, "-c", FIRST_TRACER)
+    assert done.returncode == 78, done.stderr
+    assert "past" not in done.stdout
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in done.stderr and "STRANDS_TITO_OUTPUT" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_capture_onto_the_apps_own_exporter_needs_no_destination_of_its_own(engine, sinks) -> None:  # type: ignore[no-untyped-def]
+    app_sink = sinks()
+    run_agent(engine, {capture.ENV_CAPTURE: "1"}, "--app-telemetry", f"{app_sink.url}/v1/traces")
+    assert_exact(app_sink.spans(), engine)
 
 
 # -- pieces -----------------------------------------------------------------------------------------------------------

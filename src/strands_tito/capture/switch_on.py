@@ -336,6 +336,12 @@ class _Switch:
                         type(provider).__name__,
                     )
                     return
+                # Checked here, not at interpreter start: an application that sets up its own provider (with its
+                # own exporters) before its first agent is a destination that start-up cannot see.
+                try:
+                    require_destination(self.request)
+                except CaptureConfigError as error:
+                    fail_start_up(error)
                 provider = self.install_provider()
             self.attach(provider)
 
@@ -409,8 +415,9 @@ def fail_start_up(error: BaseException) -> NoReturn:
 def require_destination(request: CaptureRequest, environ: Mapping[str, str] | None = None) -> None:
     """Refuse a capture that would send its trajectories nowhere.
 
-    Switched on with no OTLP endpoint, no output file and no ``OTEL_TRACES_EXPORTER`` (``opentelemetry-instrument``
-    exports itself), a process would run to the end, exit 0 and leave no trajectory behind.
+    Switched on with no OTLP endpoint, no output file, no ``OTEL_TRACES_EXPORTER`` (``opentelemetry-instrument``
+    exports itself) and no tracer provider of the application's by its first agent, a process would run to the end,
+    exit 0 and leave no trajectory behind.
 
     Raises:
         CaptureConfigError: naming the variables that give capture a destination.
@@ -427,12 +434,11 @@ def require_destination(request: CaptureRequest, environ: Mapping[str, str] | No
 def start_up() -> None:
     """Switch capture on as ``STRANDS_TITO_CAPTURE`` asks; run by ``strands_tito_startup`` at interpreter start.
 
-    Stops the process (:func:`fail_start_up`) when the settings would lose data or send trajectories nowhere.
+    Stops the process (:func:`fail_start_up`) when the settings would lose data; a capture with nowhere to send
+    trajectories is stopped when the first agent is built with no tracer provider of the application's.
     """
     try:
-        request = parse_capture(os.environ.get(ENV_CAPTURE, ""))
-        require_destination(request)
-        enable_from_env(request)
+        enable_from_env(parse_capture(os.environ.get(ENV_CAPTURE, "")))
     except CaptureConfigError as error:
         fail_start_up(error)
 
