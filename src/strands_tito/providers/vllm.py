@@ -132,11 +132,10 @@ class VLLMConfig(BaseModelConfig, HistoryConfig, total=False):
 
 class VLLMClient(TokenClient):
     """Async client for one vLLM server: the pooling, retries, deadline and cancellation of :class:`TokenClient`,
-    with vLLM's endpoints and vLLM's wording in errors.
+    with vLLM's endpoints and vLLM's wording in errors and logs.
 
-    Errors are the backend-neutral classes of :mod:`strands_tito.errors` (:class:`ContextLengthError` for prompts
-    that do not fit, including vLLM's own messages; :class:`ThrottledError`; :class:`ServerHTTPError`), so the model
-    maps them like SGLang's.
+    Errors are the backend-neutral classes of :mod:`strands_tito.errors` (:class:`ContextLengthError` for prompts that
+    do not fit, including vLLM's own messages; :class:`ThrottledError`; :class:`ServerHTTPError`): mapped like SGLang's.
     """
 
     backend_name: ClassVar[str] = "vLLM"
