@@ -3,14 +3,19 @@ hard limit, drops are counted and end up in the end signal, which makes the reco
 
 from __future__ import annotations
 
+import gc
+import os
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from opentelemetry.instrumentation.utils import is_instrumentation_enabled
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from strands_tito import spans as schema
 from strands_tito.assembly import TrajectoryAssembler
@@ -72,8 +77,6 @@ def test_request_round_trip_keeps_every_field() -> None:
     provider = TracerProvider()
     exporter = Gate()
     exporter.up.set()
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     t = make_trajectory(2)
     turn_spans(provider, t)
@@ -199,3 +202,62 @@ def test_a_torn_last_record_is_skipped(tmp_path: Path, torn: int) -> None:
         adopted.ack(item[0], item[1])
     assert payloads == [b"one", b"two" * 10]
     adopted.close()
+
+
+class TracedHttpExporter(Gate):
+    """An exporter whose HTTP library is instrumented: like every OpenTelemetry HTTP instrumentation (requests,
+    urllib3, httpx), it starts a client span per request unless instrumentation is suppressed in the context."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        super().__init__()
+        self.tracer = provider.get_tracer("opentelemetry.instrumentation.requests")
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if is_instrumentation_enabled():
+            self.tracer.start_span("POST", attributes={"http.request.method": "POST"}).end()
+        return super().export(spans)
+
+
+def test_our_own_exports_are_not_traced_by_an_instrumented_http_library(tmp_path: Path) -> None:
+    provider = TracerProvider()
+    seen = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(seen))
+    exporter = TracedHttpExporter(provider)
+    exporter.up.set()
+    processor = SpoolingSpanProcessor(exporter, Spool(tmp_path), schedule_delay=0.01)
+    provider.add_span_processor(processor)
+    t = make_trajectory(2)
+    turn_spans(provider, t)
+    provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(t)).end()
+    assert processor.force_flush(5_000)
+    processor.shutdown()
+    assert exporter.attempts >= 1 and len(exporter.delivered) == 3
+    assert [span.name for span in seen.get_finished_spans() if span.name == "POST"] == []
+
+
+def test_the_fork_hook_does_not_keep_a_dropped_processor_alive(tmp_path: Path) -> None:
+    processor = SpoolingSpanProcessor(Gate(), Spool(tmp_path))
+    processor.shutdown()
+    alive = weakref.ref(processor)
+    del processor
+    deadline = time.monotonic() + 5
+    while alive() is not None and time.monotonic() < deadline:  # the sender thread lets go when it ends
+        gc.collect()
+        time.sleep(0.01)
+    assert alive() is None
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:This process.*is multi-threaded:DeprecationWarning")  # the case under test
+def test_a_forked_child_still_runs_the_weak_fork_hook(tmp_path: Path) -> None:
+    """The child of a fork exports nothing through its copy of the processor (no sender thread, the parent's spool)."""
+    processor = SpoolingSpanProcessor(Gate(), Spool(tmp_path))
+    provider = TracerProvider()
+    provider.add_span_processor(processor)
+    pid = os.fork()
+    if pid == 0:  # the child: its span is dropped and counted, not queued for a sender it does not have
+        turn_spans(provider, make_trajectory(1))
+        os._exit(0 if processor.dropped == 1 else 1)
+    _, status = os.waitpid(pid, 0)
+    processor.shutdown()
+    assert os.waitstatus_to_exitcode(status) == 0

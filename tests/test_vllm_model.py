@@ -186,13 +186,16 @@ async def test_old_server_without_return_token_ids(start_engine, qwen3) -> None:
 
 @pytest.mark.parametrize("endpoint", ["generate", "completions"])
 @pytest.mark.parametrize("status", [429, 503])
-async def test_throttling_is_retried_then_succeeds(start_engine, qwen3, status: int, endpoint: str) -> None:  # type: ignore[no-untyped-def]
+async def test_throttling_is_retried_then_succeeds(start_engine, qwen3, caplog, status: int, endpoint: str) -> None:  # type: ignore[no-untyped-def]
     engine = start_engine(Script(turns=[Fault.http(status, count=2), Reply(text="Hello!")]))
     model = make_vllm(engine, qwen3, endpoint=endpoint)
-    await make_agent(model).invoke_async("Hi")
+    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.client"):
+        await make_agent(model).invoke_async("Hi")
     path = ENDPOINTS[endpoint]
     assert [r.status for r in engine.records if r.path == path] == [status, status, 200]
     assert_matches_engine(model.trajectory, records_of(engine, path))
+    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert len(retries) == 2 and all(m.endswith("| retrying vLLM request") for m in retries)  # the backend in use
 
 
 async def test_throttling_that_never_ends_becomes_model_throttled(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]

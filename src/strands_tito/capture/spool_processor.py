@@ -23,6 +23,11 @@
 * ``force_flush`` waits until everything is acknowledged (so a collector that holds its acknowledgement, as under
   Agent Lightning, still holds the exit) or until its deadline, then writes what is left to the spool and returns;
   ``shutdown`` does the same without waiting. The next process with the same spool key resends it.
+
+The SDK's ``BatchSpanProcessor`` cannot be reused as is: it drops a span when its queue is full and a batch when the
+exporter gives up, with no hook to keep either. Its two safeguards are kept here: every export runs with
+instrumentation suppressed (an instrumented HTTP library would otherwise trace our own exports), and the fork hook
+holds the processor weakly (a dropped processor is not kept alive by it).
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry.context import Context
+from opentelemetry.instrumentation.utils import suppress_instrumentation
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -140,8 +147,11 @@ class SpoolingSpanProcessor(SpanProcessor):
         self._thread.start()
         # A fork gets a copy of the queue but no sender thread (and must not share the spool's lock): it starts
         # clean, with a spool of its own, the way BatchSpanProcessor re-inits its worker.
+        # The hook is held weakly: os.register_at_fork cannot unregister, so a strong one would keep this processor
+        # (and its queue) alive for the life of the process.
         if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=self._after_fork)
+            after_fork = weakref.WeakMethod(self._after_fork)
+            os.register_at_fork(after_in_child=lambda: _call_if_alive(after_fork))
 
     # -- SpanProcessor -----------------------------------------------------------------------------------------------
 
@@ -312,7 +322,8 @@ class SpoolingSpanProcessor(SpanProcessor):
 
     def _export(self, spans: list[ReadableSpan]) -> bool:
         try:
-            return self.exporter.export(spans) is SpanExportResult.SUCCESS
+            with suppress_instrumentation():  # our own exports must not be traced (and exported, and traced, ...)
+                return self.exporter.export(spans) is SpanExportResult.SUCCESS
         except Exception as e:  # an exporter bug must not kill the sender
             logger.exception("error=<%s> | exporter raised", e)
             return False
@@ -390,6 +401,12 @@ class SpoolingSpanProcessor(SpanProcessor):
         self._inflight = None
         self._stopped = True  # a forked child exports nothing through this instance ...
         self._forked = True  # ... and must not write into the parent's spool files: its spans count as dropped
+
+
+def _call_if_alive(method: weakref.WeakMethod[Any]) -> None:
+    bound = method()
+    if bound is not None:
+        bound()
 
 
 class OtlpCaptureProcessor(SpanProcessor):

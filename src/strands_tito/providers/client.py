@@ -160,6 +160,9 @@ class TokenClient:
         retry_delay: strands-sglang 0.6's name for ``backoff_base`` (there a fixed delay; here the first one).
     """
 
+    #: The backend this client speaks to, as messages name it (each backend's client sets its own).
+    backend_name: ClassVar[str] = "SGLang"
+
     def __init__(
         self,
         base_url: str,
@@ -323,7 +326,11 @@ class TokenClient:
                 else:
                     unreachable_since = None
                 logger.warning(
-                    "attempt=<%d>, delay=<%.2f>, error=<%s> | retrying SGLang request", attempt + 1, delay, error
+                    "attempt=<%d>, delay=<%.2f>, error=<%s> | retrying %s request",
+                    attempt + 1,
+                    delay,
+                    error,
+                    self.backend_name,
                 )
                 await asyncio.sleep(delay)
                 attempt += 1

@@ -139,6 +139,8 @@ class VLLMClient(TokenClient):
     maps them like SGLang's.
     """
 
+    backend_name: ClassVar[str] = "vLLM"
+
     async def request_json(self, method: str, path: str, payload: Any = None) -> Any:
         """Send one request with retries (see :meth:`TokenClient.request_json`); errors name vLLM and its flags."""
         try:
