@@ -227,3 +227,35 @@ async def test_format_tool_specs_is_an_extension_point(start_engine, qwen3) -> N
     assert '"description": "Arithmetic only."' in prompt and "Evaluate an arithmetic expression" not in prompt
     assert_matches_engine(model.trajectory, generate_records(engine))
     assert model.processed_messages == 2  # the user message and the model's reply
+
+
+async def test_format_messages_is_an_extension_point(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    # 0.6.2's way: a classmethod override that changes how messages reach the template, here the tool results
+    # (for the first prompt and for each continuation alike).
+    class TaggedResults(SGLangModel):
+        @classmethod
+        def format_messages(cls, messages: Any, system_prompt: str | None = None) -> list[dict[str, Any]]:
+            formatted = super().format_messages(messages, system_prompt)
+            for message in formatted:
+                if message["role"] == "tool":
+                    message["content"] = f"[checked] {message['content']}"
+                elif message["role"] == "system":
+                    message["content"] += " Be brief."
+            return formatted
+
+    engine = start_engine(Script(turns=[Reply(text=hermes_call("calculator", expression="6*7")), Reply(text="42.")]))
+    model = TaggedResults(client=SGLangClient(engine.base_url), tokenizer=qwen3, sampling_params={"max_new_tokens": 64})
+    await make_agent(model, [calculator]).invoke_async("What is 6*7?")
+    text = qwen3.decode(model.trajectory.token_ids)
+    assert "You are a helpful assistant. Be brief." in text
+    assert "<tool_response>\n[checked] 42\n</tool_response>" in text
+    assert_matches_engine(model.trajectory, generate_records(engine))
+    # The default model renders the same episode without either change.
+    plain_engine = start_engine(
+        Script(turns=[Reply(text=hermes_call("calculator", expression="6*7")), Reply(text="42.")])
+    )
+    plain = SGLangModel(
+        client=SGLangClient(plain_engine.base_url), tokenizer=qwen3, sampling_params={"max_new_tokens": 64}
+    )
+    await make_agent(plain, [calculator]).invoke_async("What is 6*7?")
+    assert "[checked]" not in qwen3.decode(plain.trajectory.token_ids)

@@ -11,8 +11,8 @@ A few 0.6.2 names must be attributes of strands-tito's own classes to work at al
 package stays the one place to read:
 
 - ``SGLangModel``: ``rollout`` / ``token_manager`` (the seed's name) for ``trajectory``, ``rollout_history``,
-  ``processed_messages``, ``tool_parse_errors``, the nested ``SGLangConfig``, ``format_messages`` (what is rendered;
-  not an extension point) and ``format_tool_specs`` (an extension point, as in 0.6.2). Not provided, because the
+  ``processed_messages``, ``tool_parse_errors``, the nested ``SGLangConfig``, ``format_messages`` and
+  ``format_tool_specs`` (extension points, as in 0.6.2). Not provided, because the
   exact incremental encoder (``strands_tito.providers.prompt``) replaces the re-rendering they belong to:
   ``format_content_block``, ``sort_tool_results``, ``collect_image_data``, ``tokenize_prompt_messages``,
   ``message_separator``;

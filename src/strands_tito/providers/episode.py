@@ -20,7 +20,7 @@ from strands.types.tools import ToolSpec
 
 from strands_tito.capture.recorder import AgentState, end_trajectory
 from strands_tito.errors import GenerationError
-from strands_tito.providers.prompt import PromptEncoder, format_tool_specs
+from strands_tito.providers.prompt import MessageFormatter, PromptEncoder, format_messages, format_tool_specs
 from strands_tito.trajectory import Trajectory
 
 __all__ = ["EpisodeState", "HistoryConfig", "HistoryRewrittenError", "check_history_config", "next_prompt"]
@@ -135,6 +135,7 @@ def next_prompt(
     images: list[str],
     *,
     format_tools: ToolFormatter = format_tool_specs,
+    format_messages: MessageFormatter = format_messages,
 ) -> list[int]:
     """The turn's new prompt tokens (``images`` collects their images' data URLs), after which the engine gets
     ``state.trajectory``'s tokens and them: a continuation of the current sample, or the whole conversation as the
@@ -145,7 +146,9 @@ def next_prompt(
         PromptError: The messages cannot be rendered.
     """
     if not state.trajectory.turns:
-        return prompts.first_prompt(messages, tool_specs, system_prompt, images, format_tools=format_tools)
+        return prompts.first_prompt(
+            messages, tool_specs, system_prompt, images, format_tools=format_tools, format_messages=format_messages
+        )
     if not state.holds(messages):
         if config.get("on_rewrite", "new_sample") == "raise":
             raise HistoryRewrittenError(
@@ -153,12 +156,16 @@ def next_prompt(
                 f"{len(messages)} now); on_rewrite='new_sample' starts a new sample instead"
             )
         state.close_sample()
-        return prompts.first_prompt(messages, tool_specs, system_prompt, images, format_tools=format_tools)
+        return prompts.first_prompt(
+            messages, tool_specs, system_prompt, images, format_tools=format_tools, format_messages=format_messages
+        )
     cursor = state.cursor
     if config.get("reasoning_retention") == "template" and any(
         m["role"] == "user" and not any("toolResult" in b for b in m["content"]) for m in messages[cursor:]
     ):
-        return _template_turn(state, prompts, messages, tool_specs, system_prompt, images, format_tools)
+        return _template_turn(
+            state, prompts, messages, tool_specs, system_prompt, images, format_tools, format_messages
+        )
     # Only templates that number calls themselves (Kimi-K2) need the count; it walks the whole history.
     earlier = (
         sum(1 for m in messages[: cursor - 1] if m["role"] == "assistant" for b in m["content"] if "toolUse" in b)
@@ -166,7 +173,12 @@ def next_prompt(
         else 0
     )
     return prompts.continuation(
-        messages[cursor:], messages[cursor - 1], state.trajectory.token_ids, earlier_calls=earlier, images=images
+        messages[cursor:],
+        messages[cursor - 1],
+        state.trajectory.token_ids,
+        earlier_calls=earlier,
+        images=images,
+        format_messages=format_messages,
     )
 
 
@@ -178,11 +190,14 @@ def _template_turn(
     system_prompt: str | None,
     images: list[str],
     format_tools: ToolFormatter,
+    format_messages: MessageFormatter,
 ) -> list[int]:
     """A new user turn under ``reasoning_retention="template"``: the template's rendering of the whole
     conversation, appended to the sample where it extends it, else the prompt of a new sample."""
     rendered: list[str] = []
-    whole = prompts.first_prompt(messages, tool_specs, system_prompt, rendered, format_tools=format_tools)
+    whole = prompts.first_prompt(
+        messages, tool_specs, system_prompt, rendered, format_tools=format_tools, format_messages=format_messages
+    )
     held = state.trajectory.token_ids
     if len(whole) > len(held) and whole[: len(held)] == held:
         images.extend(rendered[len(state.trajectory.images) :])

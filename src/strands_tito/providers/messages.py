@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from strands.types.content import Message, Messages
@@ -19,11 +19,13 @@ from strands_tito.errors import StrandsTitoError
 
 __all__ = [
     "IMAGE_MIME",
+    "MessageFormatter",
     "PromptError",
     "call_arguments",
     "format_messages",
     "format_tool_specs",
     "image_data_url",
+    "message_formatter",
     "tool_calls_of",
     "tools_system_text",
     "with_history_calls",
@@ -41,6 +43,11 @@ IMAGE_MIME: Final[dict[str, str]] = {
 
 class PromptError(StrandsTitoError, ValueError):
     """The conversation or chat template cannot be tokenized incrementally."""
+
+
+#: ``(messages, system_prompt, images)`` -> the chat template's messages, as :func:`format_messages` does; ``images``
+#: (when given) collects the images' data URLs in prompt order.
+MessageFormatter = Callable[[Messages, str | None, list[str] | None], list[dict[str, Any]]]
 
 
 def image_data_url(block: Any) -> str:
@@ -212,3 +219,13 @@ def with_history_calls(
             entry = {**entry, "tool_calls": calls}
         out.append(entry)
     return out
+
+
+def message_formatter(
+    format_override: Callable[[Messages, str | None], list[dict[str, Any]]] | None,
+) -> MessageFormatter:
+    """:func:`format_messages`, or an override called with strands-sglang 0.6's arguments (messages, system prompt):
+    its images are its own business, none are collected."""
+    if format_override is None:
+        return format_messages
+    return lambda messages, system_prompt, images: format_override(messages, system_prompt)

@@ -31,10 +31,12 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito.providers.families import FAMILIES, template_defaults
 from strands_tito.providers.messages import (
+    MessageFormatter,
     PromptError,
     call_arguments,
     format_messages,
     format_tool_specs,
+    message_formatter,
     tool_calls_of,
     tools_system_text,
     with_history_calls,
@@ -44,10 +46,12 @@ from strands_tito.providers.rendering import render_chat_template
 __all__ = [
     "KNOWN_END_TOKENS",
     "KNOWN_IMAGE_TOKENS",
+    "MessageFormatter",
     "PromptEncoder",
     "PromptError",
     "format_messages",
     "format_tool_specs",
+    "message_formatter",
     "tool_calls_of",
     "tools_system_text",
 ]
@@ -351,12 +355,14 @@ class PromptEncoder:
         images: list[str] | None = None,
         *,
         format_tools: Callable[[Sequence[ToolSpec]], list[dict[str, Any]] | None] = format_tool_specs,
+        format_messages: MessageFormatter = format_messages,
     ) -> list[int]:
         """The whole conversation rendered once (system, tools, messages, generation prompt) as token IDs.
 
         With ``images`` given, each image becomes one placeholder token (left for the server to expand) and its data
         URL is appended to ``images`` in prompt order; without it an image raises :class:`PromptError`.
-        ``format_tools`` turns the tool specs into the template's ``tools`` (default :func:`format_tool_specs`).
+        ``format_tools`` turns the tool specs into the template's ``tools`` (default :func:`format_tool_specs`),
+        ``format_messages`` the messages into the template's messages (default :func:`format_messages`).
         """
         tools = format_tools(tool_specs) if tool_specs else None
         if tools and not self.tools_in_template:
@@ -404,6 +410,7 @@ class PromptEncoder:
         earlier_calls: int = 0,
         behaviour: str = "the new messages",
         images: list[str] | None = None,
+        format_messages: MessageFormatter = format_messages,
     ) -> list[int]:
         """Token IDs for messages added after the model's last output.
 
@@ -416,12 +423,13 @@ class PromptEncoder:
             behaviour: What is being rendered, for error messages.
             images: Collects the data URLs of the new messages' images in prompt order (each image is one
                 placeholder token in the ids); without it an image raises :class:`PromptError`.
+            format_messages: Turns Strands messages into the template's (default :func:`format_messages`).
         """
         if not new_messages:
             raise PromptError("no new messages to tokenize after the model's last turn")
         history = [previous] if previous is not None else []
         before = len(images) if images is not None else 0
-        formatted = format_messages([*history, *new_messages], images=images)[len(history) :]
+        formatted = format_messages([*history, *new_messages], None, images)[len(history) :]
         assistant: dict[str, Any] = {"role": "assistant", "content": _MARK}
         calls = tool_calls_of(previous, json_text=self.json_arguments) if previous is not None else []
         if calls:

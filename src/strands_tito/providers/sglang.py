@@ -17,7 +17,6 @@ from typing import Any, ClassVar, cast
 
 import numpy as np
 from strands.models.model import BaseModelConfig
-from strands.types.content import Messages
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import checks
@@ -25,7 +24,6 @@ from strands_tito.checks import Missing, WeightVersionSpan
 from strands_tito.errors import GenerationError
 from strands_tito.providers.client import SGLangClient, TokenClient
 from strands_tito.providers.generation import InvalidSampleError, weight_versions_of
-from strands_tito.providers.prompt import format_messages
 from strands_tito.providers.reply_checks import triple_logprobs
 from strands_tito.providers.token_model import (
     STATE_KEY,
@@ -160,15 +158,6 @@ class SGLangModel(TokenModel):
     def get_config(self) -> SGLangConfig:
         """Return the configuration."""
         return self.config
-
-    @classmethod
-    def format_messages(cls, messages: Messages, system_prompt: str | None = None) -> list[dict[str, Any]]:
-        """The chat-template messages the first prompt renders (strands-sglang 0.6's helper; images raise).
-
-        Not an extension point: overriding it does not change what is sent, which only the exact incremental
-        encoder renders (see ``strands_tito.providers.prompt``).
-        """
-        return format_messages(messages, system_prompt)
 
     async def _context_limit(self) -> int | None:
         # A speculative server (EAGLE, EAGLE3, MTP) reserves context for draft tokens that /v1/models does not

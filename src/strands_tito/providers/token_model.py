@@ -16,6 +16,7 @@ both live in :mod:`~strands_tito.providers.generation`, re-exported here).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import re
@@ -59,7 +60,7 @@ from strands_tito.providers.generation import (
     check_token_ids,
     finite_logprob,
 )
-from strands_tito.providers.prompt import PromptEncoder, format_tool_specs
+from strands_tito.providers.prompt import PromptEncoder, format_messages, format_tool_specs, message_formatter
 from strands_tito.providers.reasoning import split_harmony, split_reasoning
 from strands_tito.providers.rejected_call import RejectedToolCall
 from strands_tito.providers.tool_parsers import (
@@ -210,6 +211,13 @@ class TokenModel(Model):
         """
         return format_tool_specs(tool_specs)
 
+    @classmethod
+    def format_messages(cls, messages: Messages, system_prompt: str | None = None) -> list[dict[str, Any]]:
+        """Strands messages as the template's; override to change them (strands-sglang 0.6's extension point): called
+        with all messages for a sample's first prompt, with the model's last message and the new ones for a
+        continuation (its first entry is dropped). An override handles images itself."""
+        return format_messages(messages, system_prompt)
+
     # -- trajectory access (single-agent use) ----------------------------------------------------------------------
 
     @property
@@ -307,16 +315,10 @@ class TokenModel(Model):
         system_prompt: str | None,
         images: list[str],
     ) -> list[int]:
-        return next_prompt(
-            state,
-            self._prompts,
-            self.config,
-            messages,
-            tool_specs,
-            system_prompt,
-            images,
-            format_tools=self.format_tool_specs,
-        )
+        custom = inspect.getattr_static(type(self), "format_messages") is not TokenModel.__dict__["format_messages"]
+        formatter = message_formatter(self.format_messages if custom else None)
+        args = (state, self._prompts, self.config, messages, tool_specs, system_prompt, images)
+        return next_prompt(*args, format_tools=self.format_tool_specs, format_messages=formatter)
 
     async def _context_limit(self) -> int | None:
         limit = self.config.get("context_window_limit")
