@@ -287,6 +287,24 @@ def test_strands_tito_capture_jsonl_only(engine, sinks, tmp_path) -> None:  # ty
     assert sink.bodies == []  # embedded: nothing leaves the process
 
 
+def test_the_exit_handler_runs_once(engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Capture switched on and a captured turn both register the exit handler: it still runs once, and the record is
+    complete (it ran before the provider shut down)."""
+    out = tmp_path / "trajectories.jsonl"
+    debug = (
+        "import logging, runpy, sys; handler = logging.StreamHandler(sys.stderr); "
+        "handler.setFormatter(logging.Formatter('%(name)s %(message)s')); "
+        "log = logging.getLogger('strands_tito.capture.recorder'); log.setLevel(logging.DEBUG); "
+        "log.addHandler(handler); "
+        "runpy.run_module('strands_tito.demo_agent', run_name='__main__')"
+    )
+    done = run({"SGLANG_URL": engine.base_url, capture.ENV_CAPTURE: f"jsonl:{out}"}, "-c", debug)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stderr.count("ending open trajectories and flushing") == 1, done.stderr[-4000:]
+    [line] = [json.loads(x) for x in out.read_text().splitlines()]
+    assert line["complete"] is True, line["reason"]
+
+
 # -- message text on Strands' spans -----------------------------------------------------------------------------------
 
 PROMPT_TEXT = "What is 25 + 17? Use the add tool."

@@ -73,6 +73,7 @@ _dropped: dict[str, tuple[int, list[int]]] = {}
 _last_active: Trajectory | CallSequence | None = None
 _lineages: dict[str, Lineage] = {}  # open trajectories' episode, parent and agent, fixed at their first span
 _exit_hook_registered = False
+_exit_lock = threading.Lock()
 
 
 class CaptureConfigError(StrandsTitoError, RuntimeError):
@@ -119,13 +120,21 @@ def check_span_limits(limits: Any) -> None:
         )
 
 
+def register_exit_handler() -> None:
+    """Have :func:`shutdown_capture` run at exit, once per process, before every tracer provider made so far shuts
+    down: atexit runs handlers last in, first out, so each call moves the one registration after the newest provider
+    (whose exporters it must flush while they are still up)."""
+    with _exit_lock:
+        atexit.unregister(shutdown_capture)
+        atexit.register(shutdown_capture)
+
+
 def _register_exit_hook() -> None:
-    # Registered at the first captured turn, i.e. after the application's TracerProvider exists: atexit runs
-    # handlers last-in first-out, so ours (end signals, flush) runs before the SDK shuts its exporters down.
+    # At the first captured turn, i.e. after the application's TracerProvider exists.
     global _exit_hook_registered
     if not _exit_hook_registered:
         _exit_hook_registered = True
-        atexit.register(shutdown_capture)
+        register_exit_handler()
 
 
 def record_turn(
@@ -437,6 +446,7 @@ def shutdown_capture(timeout: float | None = None) -> None:
     """End every open trajectory and flush the tracer provider, waiting at most ``timeout`` seconds."""
     with _lock:
         pending = list(_open.values())
+    logger.debug("open_trajectories=<%d> | ending open trajectories and flushing", len(pending))
     for trajectory in pending:
         end_trajectory(trajectory, "exit")
     provider = trace.get_tracer_provider()

@@ -18,14 +18,13 @@ attaches its span processors to the global SDK provider if there is one by then,
 application's own exporters keep receiving their spans; strands-tito's go where ``STRANDS_TITO_CAPTURE`` says.
 
 At exit :func:`~strands_tito.capture.recorder.shutdown_capture` ends every open trajectory and flushes; it is registered
-with ``atexit`` right after the provider it flushes exists, so (last in, first out) it runs before that provider's own
-shutdown. Settings that would lose data (span limits, an unknown value, an unsupported protocol) stop the process at
-start-up with a message naming the variable to change.
+with ``atexit`` once per process, moved after each provider it flushes, so (last in, first out) it runs before those
+providers' own shutdown. Settings that would lose data (span limits, an unknown value, an unsupported protocol) stop
+the process at start-up with a message naming the variable to change.
 """
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
 import os
@@ -52,7 +51,7 @@ from strands_tito.capture.recorder import (
     agentlightning_identity,
     capture_enabled,
     check_span_limits,
-    shutdown_capture,
+    register_exit_handler,
 )
 from strands_tito.capture.sampler import capture_sampler
 from strands_tito.records import ON_VALUES, capture_off
@@ -371,8 +370,7 @@ class _Switch:
             add_processors(provider, processors)
             if provider not in self.attached:
                 self.attached.add(provider)
-                # After the provider registered its own shutdown: atexit is last in, first out.
-                atexit.register(shutdown_capture)
+                register_exit_handler()  # after the provider registered its own shutdown
 
     def _processor(self, key: str, make: Callable[[], SpanProcessor]) -> SpanProcessor:
         processor = self.processors.get(key)
