@@ -146,9 +146,8 @@ class SpoolingSpanProcessor(SpanProcessor):
         self._thread = threading.Thread(target=self._run, name="strands-tito-spool", daemon=True)
         self._thread.start()
         # A fork gets a copy of the queue but no sender thread (and must not share the spool's lock): it starts
-        # clean, with a spool of its own, the way BatchSpanProcessor re-inits its worker.
-        # The hook is held weakly: os.register_at_fork cannot unregister, so a strong one would keep this processor
-        # (and its queue) alive for the life of the process.
+        # clean, with a spool of its own, the way BatchSpanProcessor re-inits its worker. The hook holds the processor
+        # weakly: os.register_at_fork cannot unregister, so a strong one would keep it (and its queue) alive for good.
         if hasattr(os, "register_at_fork"):
             after_fork = weakref.WeakMethod(self._after_fork)
             os.register_at_fork(after_in_child=lambda: _call_if_alive(after_fork))
