@@ -43,8 +43,10 @@ for SGLang and vLLM alike)::
     ├── TemplateFetchError (chat_templates), also RuntimeError   a chat template could not be fetched
     ├── SdistFetchError (sdist), also RuntimeError            an sdist could not be fetched from PyPI
     ├── TrajectoryError (trajectory), also ValueError   a turn or record breaks the trajectory's invariants
+    ├── ReplayDataError (replay), also ValueError   routing or top-p data missing a part or inconsistent with its turn
     ├── SpanSchemaError (spans), also ValueError     a span does not follow the span schema
     ├── ImageSchemaError (span_images), also ValueError
+    ├── LineageSchemaError (span_lineage), also ValueError
     ├── OTLPDecodeError (otlp), also ValueError
     ├── CaptureConfigError (capture), also RuntimeError
     ├── SpoolError (spool), also OSError
@@ -56,6 +58,7 @@ for SGLang and vLLM alike)::
     ├── StoreError (collector.store), also OSError   the store cannot be opened or written
     │   └── StoreInUse                                 another collector has the store open
     ├── PayloadTooLarge (collector.ingest), also ValueError
+    ├── TooManyOpen (collector.ingest), also RuntimeError   a request would open trajectories past the cap (503)
     ├── ExporterConfigError (exporters.base), also RuntimeError
     └── AgentLightningError (exporters.agentlightning), also RuntimeError
         └── AgentLightningAuthError
