@@ -41,7 +41,9 @@ class SpanTree(SpanProcessor):
     def __init__(self) -> None:
         self._open: dict[int, _Open] = {}
         self._agents: dict[int, str] = {}  # invoke_agent span id -> the trajectory recorded under it
-        self._lock = threading.Lock()
+        # Re-entrant: a trajectory's end signal is a span, and it can start on this thread from a garbage-collection
+        # finalizer (an agent released) while this thread holds the lock; a plain lock deadlocks the process there.
+        self._lock = threading.RLock()
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         attributes = span.attributes or {}

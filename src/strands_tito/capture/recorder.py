@@ -48,7 +48,9 @@ ENV_ENCODING = "STRANDS_TITO_SPAN_ENCODING"
 ENV_FLUSH_TIMEOUT = "STRANDS_TITO_FLUSH_TIMEOUT"
 
 _tracer = trace.get_tracer("strands_tito")
-_lock = threading.Lock()
+# Re-entrant: end_trajectory also runs from garbage-collection finalizers (an agent released), which may fire on a
+# thread that holds this lock; a plain lock would deadlock there.
+_lock = threading.RLock()
 
 
 class CallSequence(Protocol):
