@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from strands.agent.conversation_manager import NullConversationManager
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import SGLangClient, SGLangModel
+from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.engine import EngineRecord, LocalEngine, Script
 from strands_tito.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
@@ -167,3 +169,23 @@ def memory(plug: Callable[[SpanProcessor], None]) -> InMemorySpanExporter:
     exporter = InMemorySpanExporter()
     plug(SimpleSpanProcessor(exporter))
     return exporter
+
+
+@pytest.fixture
+async def collector(tmp_path: Path) -> AsyncIterator[Collector]:
+    """An in-process collector on free ports writing JSONL and Parquet under ``tmp_path``."""
+    config = CollectorConfig(
+        store=tmp_path / "store.db",
+        outputs=[f"jsonl:{tmp_path / 'out.jsonl'}", f"parquet:{tmp_path / 'parquet'}"],
+        parquet_linger=0.3,  # parts gather for a moment only: these tests read them at once
+        http_port=0,
+        grpc_port=0,
+        progress_interval=0,
+        idle_timeout=600,
+    )
+    c = Collector(config)
+    await c.start()
+    background = asyncio.create_task(c.run_background())
+    yield c
+    background.cancel()
+    await c.stop()

@@ -6,7 +6,6 @@ import asyncio
 import gzip
 import json
 import random
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -24,25 +23,6 @@ from strands_tito.trajectory import Trajectory
 from .otlp_helpers import all_spans, end_span, make_request, make_span, random_trajectory, read_jsonl, turn_spans
 
 PB = {"Content-Type": "application/x-protobuf"}
-
-
-@pytest.fixture
-async def collector(tmp_path: Path) -> AsyncIterator[Collector]:
-    config = CollectorConfig(
-        store=tmp_path / "store.db",
-        outputs=[f"jsonl:{tmp_path / 'out.jsonl'}", f"parquet:{tmp_path / 'parquet'}"],
-        parquet_linger=0.3,  # parts gather for a moment only: these tests read them at once
-        http_port=0,
-        grpc_port=0,
-        progress_interval=0,
-        idle_timeout=600,
-    )
-    c = Collector(config)
-    await c.start()
-    background = asyncio.create_task(c.run_background())
-    yield c
-    background.cancel()
-    await c.stop()
 
 
 def url(c: Collector) -> str:

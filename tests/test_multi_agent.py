@@ -9,7 +9,7 @@ an orchestrator calling a sub-agent as a tool, and a Strands Swarm handing off b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from threading import Thread
@@ -25,7 +25,7 @@ from strands.multiagent import Swarm
 
 from strands_tito import spans
 from strands_tito.capture import recorder as capture
-from strands_tito.collector import Collector, CollectorConfig
+from strands_tito.collector import Collector
 from strands_tito.engine import LocalEngine, Reply, Script
 from strands_tito.otlp import iter_spans, parse_request
 from strands_tito.trajectory import Trajectory
@@ -59,25 +59,6 @@ def sink() -> Iterator[str]:
     Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}/v1/traces"
     server.shutdown()
-
-
-@pytest.fixture
-async def collector(tmp_path: Path) -> AsyncIterator[Collector]:
-    config = CollectorConfig(
-        store=tmp_path / "store.db",
-        outputs=[f"jsonl:{tmp_path / 'out.jsonl'}", f"parquet:{tmp_path / 'parquet'}"],
-        parquet_linger=0.3,
-        http_port=0,
-        grpc_port=0,
-        progress_interval=0,
-        idle_timeout=600,
-    )
-    c = Collector(config)
-    await c.start()
-    background = asyncio.create_task(c.run_background())
-    yield c
-    background.cancel()
-    await c.stop()
 
 
 @pytest.fixture
