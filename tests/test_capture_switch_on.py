@@ -393,6 +393,19 @@ def test_bad_settings_stop_the_process_at_start_up(env: dict[str, str], instrume
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.mark.parametrize("value", [None, "", "0", "off"], ids=["unset", "empty", "0", "off"])
+def test_the_start_up_hook_never_stops_a_program_that_did_not_ask_for_capture(value: str | None) -> None:
+    # The .pth line runs in every interpreter of the environment: settings capture would refuse, and Agent
+    # Lightning's variable, must not stop a program that did not switch capture on, nor load capture.
+    env = {"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "16", "AGL_EVENT_URL": "http://127.0.0.1:1/v1/rollouts/r1/attempts/a1"}
+    if value is not None:
+        env[capture.ENV_CAPTURE] = value
+    probe = "import sys; print('the program ran', 'strands_tito.capture' in sys.modules)"
+    done = run(env, "-c", probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["the", "program", "ran", "False"]
+
+
 FIRST_TRACER = (
     "from strands.telemetry.tracer import get_tracer; print('the program ran', flush=True); get_tracer(); print('past')"
 )

@@ -49,6 +49,8 @@ for SGLang and vLLM alike)::
     ├── LineageSchemaError (span_lineage), also ValueError
     ├── OTLPDecodeError (otlp), also ValueError
     ├── CaptureConfigError (capture), also RuntimeError
+    ├── RewardTargetError (capture), also ValueError   record_reward not told whose reward, and not one agent open
+    ├── UpstreamChangedError (upstream), also RuntimeError   Strands, the OTel SDK or transformers moved a name we use
     ├── SpoolError (spool), also OSError
     ├── LoopLimitReachedError = ToolLimitReachedError (limiter), also strands' EventLoopException
     │   ├── MaxToolIterationsReachedError
