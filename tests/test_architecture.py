@@ -1,8 +1,9 @@
 """The layering rules, checked on the source (AST) and at run time in a fresh interpreter.
 
-Layers, bottom to top: the trajectory, span schema, record schema and assembler; capture; the providers; the local
-engine (a test/dev tool). The collector and the exporters sit on the bottom layer only, so a platform engineer who
-runs just ``strands-tito collect`` never loads the agent side.
+Layers, bottom to top: the trajectory, span schema, record schema and assembler; capture; the providers. The collector
+and the exporters sit on the bottom layer only, so a platform engineer who runs just ``strands-tito collect`` never
+loads the agent side. The test harness (``strands_tito.testing``: the local engine, offline tokenizers, template
+fetchers) sits above everything and no product module imports it.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ BOTTOM = {
     "strands_tito.otlp",
 }
 #: What the bottom layer, the collector and the exporters must never import (agent side and frameworks).
-AGENT_SIDE = ("strands", "transformers", "tokenizers", "opentelemetry.sdk", "strands_tito.engine")
+AGENT_SIDE = ("strands", "transformers", "tokenizers", "opentelemetry.sdk", "strands_tito.testing")
 PROVIDERS = ("strands_tito.providers",)
 CAPTURE = ("strands_tito.capture",)
+#: The test harness: it may import the product; nothing in the product imports it, not even inside a function.
+TESTING = ("strands_tito.testing",)
 #: The one module per upstream library that may touch its non-public names or patch it (above the bottom layer,
 #: below capture and the providers).
 UPSTREAM = ("strands_tito.upstream",)
@@ -101,6 +104,8 @@ def test_layering(name: str) -> None:
         assert not [m for m in imported if within(m, AGENT_SIDE) or within(m, PROVIDERS) or within(m, CAPTURE)]
     if within(name, CAPTURE):
         assert not [m for m in imported if within(m, PROVIDERS)]
+    if not within(name, TESTING):
+        assert not [m for m in imported if within(m, TESTING)], "the product never imports the test harness"
     if within(name, UPSTREAM):
         assert not [m for m in imported if m.startswith("strands_tito.") and not (m in BOTTOM or within(m, UPSTREAM))]
     if name in BOTTOM or within(name, ("strands_tito.collector", "strands_tito.exporters")):
@@ -253,6 +258,18 @@ def test_collector_and_exporters_load_no_agent_side_at_run_time() -> None:
         "    importlib.import_module(name)\n"
         f"bad = [m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in {forbidden!r})]\n"
         "print(','.join(sorted(bad)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_the_providers_load_no_test_harness_at_run_time() -> None:
+    """The public API and both providers load neither the testing package nor its sdist downloader (pip download)."""
+    script = (
+        "import sys\n"
+        "import strands_tito\n"
+        "from strands_tito import SGLangModel, VLLMModel\n"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('strands_tito.testing') or 'sdist' in m)))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
