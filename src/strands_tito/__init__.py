@@ -32,7 +32,7 @@ from strands_tito.compat import install_module_paths
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 if TYPE_CHECKING:
-    from strands_tito.capture.recorder import record_reward
+    from strands_tito.capture.recorder import RewardTargetError, record_reward
     from strands_tito.errors import (
         ContextLengthError,
         GenerationError,
@@ -104,6 +104,7 @@ if TYPE_CHECKING:
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
     "record_reward": "capture.recorder",
+    "RewardTargetError": "capture.recorder",
     "RetryPolicy": "providers.client",
     "SGLangCancelledError": "providers.client",
     "SGLangClient": "providers.client",
@@ -199,6 +200,7 @@ __all__ = [
     "ReplyDecodingError",
     "RequestCancelledError",
     "RetryPolicy",
+    "RewardTargetError",
     "Rollout",
     "SGLangAbortedError",
     "SGLangCancelledError",
