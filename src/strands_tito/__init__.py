@@ -29,7 +29,7 @@ from strands_tito.compat import install_module_paths
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 if TYPE_CHECKING:
-    from strands_tito.capture.recorder import record_reward
+    from strands_tito.capture.recorder import RewardTargetError, record_reward
     from strands_tito.errors import (
         ContextLengthError,
         GenerationError,
@@ -99,6 +99,7 @@ if TYPE_CHECKING:
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
     "record_reward": "capture.recorder",
+    "RewardTargetError": "capture.recorder",
     "RetryPolicy": "providers.client",
     "SGLangCancelledError": "providers.sglang_client",
     "SGLangClient": "providers.sglang_client",
@@ -194,6 +195,7 @@ __all__ = [
     "ReplyDecodingError",
     "RequestCancelledError",
     "RetryPolicy",
+    "RewardTargetError",
     "Rollout",
     "SGLangAbortedError",
     "SGLangCancelledError",

@@ -49,6 +49,7 @@ for SGLang and vLLM alike)::
     ├── LineageSchemaError (span_lineage), also ValueError
     ├── OTLPDecodeError (otlp), also ValueError
     ├── CaptureConfigError (capture), also RuntimeError
+    ├── RewardTargetError (capture), also ValueError   record_reward not told whose reward, and not one agent open
     ├── SpoolError (spool), also OSError
     ├── LoopLimitReachedError = ToolLimitReachedError (limiter), also strands' EventLoopException
     │   ├── MaxToolIterationsReachedError

@@ -524,8 +524,9 @@ class VLLMEndpoints:
             if key in logprobs:
                 logprobs[key] = logprobs[key][:-1]
         elif kind == "nan_logprob":
-            # vLLM floors a missing, NaN or infinite logprob at -9999.0 (token_in_token_out/serving.py:85-91,
-            # 895-901; completion/serving.py:765); it never sends NaN.
+            # vLLM 0.33 floors a missing, NaN or infinite logprob at -9999.0 on the tokens endpoint
+            # (token_in_token_out/serving.py:85-91, 895-901), an infinite one on /v1/completions
+            # (completion/serving.py:765, where a NaN becomes a 400 instead: the reply is not JSON-renderable).
             logprobs = choice.get("logprobs") or {}
             if logprobs.get("content"):
                 logprobs["content"][0]["logprob"] = VLLM_LOGPROB_FLOOR
