@@ -45,18 +45,7 @@ if TYPE_CHECKING:
         StrandsTitoError,
         ThrottledError,
     )
-    from strands_tito.providers.client import (
-        RetryPolicy,
-        SGLangCancelledError,
-        SGLangClient,
-        SGLangClientError,
-        SGLangConnectionError,
-        SGLangContextLengthError,
-        SGLangDecodingError,
-        SGLangHTTPError,
-        SGLangThrottledError,
-        TokenClient,
-    )
+    from strands_tito.providers.client import RetryPolicy, TokenClient
     from strands_tito.providers.limiter import (
         LoopLimiter,
         LoopLimitReachedError,
@@ -76,6 +65,16 @@ if TYPE_CHECKING:
         SGLangModel,
         SGLangResponseError,
     )
+    from strands_tito.providers.sglang_client import (
+        SGLangCancelledError,
+        SGLangClient,
+        SGLangClientError,
+        SGLangConnectionError,
+        SGLangContextLengthError,
+        SGLangDecodingError,
+        SGLangHTTPError,
+        SGLangThrottledError,
+    )
     from strands_tito.providers.slime import (
         fill_sample,
         get_client,
@@ -92,13 +91,12 @@ if TYPE_CHECKING:
     )
     from strands_tito.providers.vllm import (
         VLLMAbortedError,
-        VLLMClient,
         VLLMConfig,
-        VLLMEndpointError,
         VLLMInvalidSampleError,
         VLLMModel,
         VLLMResponseError,
     )
+    from strands_tito.providers.vllm_client import VLLMClient, VLLMEndpointError
     from strands_tito.replay import decode_routed_experts
     from strands_tito.trajectory import Rollout, Segment, Trajectory, TrajectoryError, Turn
 
@@ -107,14 +105,14 @@ _EXPORTS: dict[str, str] = {
     "record_reward": "capture.recorder",
     "RewardTargetError": "capture.recorder",
     "RetryPolicy": "providers.client",
-    "SGLangCancelledError": "providers.client",
-    "SGLangClient": "providers.client",
-    "SGLangClientError": "providers.client",
-    "SGLangConnectionError": "providers.client",
-    "SGLangContextLengthError": "providers.client",
-    "SGLangDecodingError": "providers.client",
-    "SGLangHTTPError": "providers.client",
-    "SGLangThrottledError": "providers.client",
+    "SGLangCancelledError": "providers.sglang_client",
+    "SGLangClient": "providers.sglang_client",
+    "SGLangClientError": "providers.sglang_client",
+    "SGLangConnectionError": "providers.sglang_client",
+    "SGLangContextLengthError": "providers.sglang_client",
+    "SGLangDecodingError": "providers.sglang_client",
+    "SGLangHTTPError": "providers.sglang_client",
+    "SGLangThrottledError": "providers.sglang_client",
     "TokenClient": "providers.client",
     "ContextLengthError": "errors",
     "GenerationError": "errors",
@@ -158,9 +156,9 @@ _EXPORTS: dict[str, str] = {
     "Turn": "trajectory",
     "decode_routed_experts": "replay",
     "VLLMAbortedError": "providers.vllm",
-    "VLLMClient": "providers.vllm",
+    "VLLMClient": "providers.vllm_client",
     "VLLMConfig": "providers.vllm",
-    "VLLMEndpointError": "providers.vllm",
+    "VLLMEndpointError": "providers.vllm_client",
     "VLLMModel": "providers.vllm",
     "VLLMResponseError": "providers.vllm",
     "VLLMInvalidSampleError": "providers.vllm",
