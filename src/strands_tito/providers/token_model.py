@@ -73,6 +73,7 @@ from strands_tito.providers.tool_parsers import (
     warn_foreign_markup,
 )
 from strands_tito.trajectory import Trajectory, TrajectoryError
+from strands_tito.upstream import strands_sdk
 
 __all__ = [
     "STATE_KEY",
@@ -270,7 +271,7 @@ class TokenModel(Model):
         return state.samples if state is not None else []
 
     def _state_of(self, agent: Any) -> EpisodeState | None:
-        state = getattr(agent, "_model_state", {}).get(STATE_KEY)
+        state = (strands_sdk.model_state(agent) or {}).get(STATE_KEY)
         return state if isinstance(state, EpisodeState) and state.epoch == self._epoch else None
 
     def reset(self) -> None:
@@ -438,7 +439,9 @@ class TokenModel(Model):
                 raise ModelThrottledException(str(e)) from e
             if reply.finish_reason != "abort" or not policy.retry_aborted or attempt >= policy.max_retries:
                 return reply
-            logger.warning("attempt=<%d> | the server aborted the generation; sending it again", attempt + 1)
+            logger.warning(
+                "attempt=<%d> | %s aborted the generation; sending it again", attempt + 1, self.client.backend_name
+            )
             await asyncio.sleep(policy.delay(attempt))
             attempt += 1
 
