@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from typing_extensions import get_protocol_members  # typing's own from Python 3.13
-
 from strands_tito.errors import StrandsTitoError
 from strands_tito.records import ExportedRecord
 
@@ -104,9 +102,10 @@ CAPABILITIES: tuple[type[TrajectoryExporter], ...] = (GatheringExporter, Checked
 
 
 def _members(protocol: type) -> list[str]:
-    """The members a protocol adds to :class:`TrajectoryExporter` (the contract's own, for that class itself)."""
-    base = frozenset() if protocol is TrajectoryExporter else get_protocol_members(TrajectoryExporter)
-    return sorted(get_protocol_members(protocol) - base)
+    """The members a protocol declares itself (for a capability: what it adds to :class:`TrajectoryExporter`)."""
+    declared = vars(protocol)
+    methods = (name for name, value in declared.items() if callable(value) and not name.startswith("_"))
+    return sorted({*declared.get("__annotations__", {}), *methods})
 
 
 def checked_exporter(exporter: object) -> TrajectoryExporter:
