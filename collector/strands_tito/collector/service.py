@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from strands_tito.errors import StrandsTitoError
-from strands_tito.exporters import TrajectoryExporter, make_exporter
+from strands_tito.exporters import (
+    CheckedExporter,
+    ExporterSettings,
+    TrajectoryExporter,
+    checked_exporter,
+    make_exporter,
+)
 
 from .accept import AcceptPath, Limits
 from .delivery import Delivery
@@ -84,8 +90,14 @@ class Collector:
     """Receives OTLP, keeps spans durable, assembles trajectories and feeds the exporters."""
 
     def __init__(self, config: CollectorConfig, exporters: list[TrajectoryExporter] | None = None) -> None:
+        """Build the seams; ``exporters`` (default: those ``config`` names, built by the exporter registry) are
+        checked against the exporter contract.
+
+        Raises:
+            ExporterConfigError: an exporter cannot work with its settings or does not follow the contract.
+        """
         self.config = config
-        self.exporters = exporters if exporters is not None else _exporters(config)
+        self.exporters = [checked_exporter(e) for e in exporters] if exporters is not None else _exporters(config)
         self.store = Store(config.store)
         self.metrics = Metrics()
         self.health = Health(self.metrics)
@@ -122,9 +134,8 @@ class Collector:
             BindError: an address cannot be bound (nothing is left running).
         """
         for exporter in self.exporters:
-            check = getattr(exporter, "check", None)
-            if check is not None:
-                await asyncio.to_thread(check)
+            if isinstance(exporter, CheckedExporter):
+                await asyncio.to_thread(exporter.check)
         replayed = await asyncio.to_thread(self.ingestor.recover)
         logger.info("replayed=<%d>, store=<%s> | recovered open trajectories", replayed, self.config.store)
         try:
@@ -238,23 +249,17 @@ class Collector:
 
 
 def _exporters(config: CollectorConfig) -> list[TrajectoryExporter]:
-    exporters = [
-        make_exporter(s, parquet_rows=config.parquet_rows_per_part, parquet_linger=config.parquet_linger)
-        for s in config.outputs
-    ]
-    if config.agl_url:
-        from strands_tito.exporters.agentlightning import AgentLightningExporter
-
-        exporters.append(
-            AgentLightningExporter(
-                config.agl_url,
-                config.agl_key,
-                Path(config.store).with_name("agentlightning.db"),
-                ack_timeout=config.agl_ack_timeout,
-                model=config.agl_model,
-            )
-        )
-    return exporters
+    """The exporters ``config`` names (its outputs, then Agent Lightning's when ``agl_url`` is set)."""
+    settings = ExporterSettings(
+        parquet_rows=config.parquet_rows_per_part,
+        parquet_linger=config.parquet_linger,
+        agl_key=config.agl_key,
+        agl_journal=Path(config.store).with_name("agentlightning.db"),
+        agl_ack_timeout=config.agl_ack_timeout,
+        agl_model=config.agl_model,
+    )
+    specs = [*config.outputs, *([f"agentlightning:{config.agl_url}"] if config.agl_url else [])]
+    return [make_exporter(spec, settings) for spec in specs]
 
 
 async def serve(config: CollectorConfig, ready: asyncio.Event | None = None) -> None:
