@@ -381,7 +381,7 @@ def test_module_and_function_sizes(name: str) -> None:
 TESTS = ROOT / "tests"
 #: Test folders not named after a product package, and what each holds. Every other folder is a package's name.
 TEST_FOLDERS_BESIDES_PACKAGES = {
-    "core": "the bottom layer (BOTTOM): the trajectory, checks, records, errors",
+    "core": "the core distribution (core/strands_tito, the bottom layer): the trajectory, checks, records, errors",
     "cli": "the commands a user types (strands_tito.cli, the viewer), the README as written, the built wheel",
     "data": "data files the tests share",
 }

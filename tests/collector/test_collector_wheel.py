@@ -28,9 +28,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from strands_tito import spans as schema
 
-from .otlp_helpers import end_attributes, random_trajectory, read_jsonl, turn_attribute_sets
+from ..otlp_helpers import end_attributes, random_trajectory, read_jsonl, turn_attribute_sets
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 600
 #: The folders of the distributions `pip install strands-tito-collector` installs from this repository.
 COLLECTOR_DISTRIBUTIONS = ("core", "exporters", "collector")
