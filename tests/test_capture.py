@@ -7,6 +7,7 @@ receiver on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,8 +24,8 @@ import strands_tito
 from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.capture import recorder as capture
-from strands_tito.engine import Reply, Script
 from strands_tito.otlp import iter_spans, parse_request
+from strands_tito.testing.engine import Reply, Script
 from strands_tito.trajectory import Trajectory
 
 from .conftest import make_agent, make_model
@@ -243,13 +244,39 @@ async def test_missing_duplicated_and_reordered_spans_are_detected(start_engine,
 
 
 async def test_rewards_ride_on_the_trace(start_engine, qwen3, memory) -> None:  # type: ignore[no-untyped-def]
+    gc.collect()  # earlier tests' released agents end their trajectories: this agent's is the one open
     model, agent = await run_tool_agent(start_engine, qwen3, Reply(text="42"))
     capture.record_reward(0.5, agent=agent)
-    strands_tito.record_reward(1.0)  # the public name; the most recently active trajectory
+    strands_tito.record_reward(1.0)  # the public name, no agent: the one agent with an open trajectory
     original = model.trajectory
     model.reset()
     record = assemble(from_memory(memory), {original.trajectory_id})[original.trajectory_id]
     assert record.complete and record.rewards == [0.5, 1.0] and record.reward == 1.0
+
+
+async def test_a_reward_without_agent_never_guesses_between_concurrent_agents(  # type: ignore[no-untyped-def]
+    start_engine, qwen3, memory
+) -> None:
+    gc.collect()
+    engine = start_engine(Script(turns=[Reply(text="41")]), Script(turns=[Reply(text="42")]))
+    first, second = make_model(engine, qwen3), make_model(engine, qwen3)
+    agents = [make_agent(first, [calculator]), make_agent(second, [calculator])]
+    await asyncio.gather(*(agent.invoke_async("Compute please.") for agent in agents))
+    first_id, second_id = first.trajectory.trajectory_id, second.trajectory.trajectory_id
+    ids = sorted([first_id, second_id])
+
+    with pytest.raises(strands_tito.RewardTargetError, match="2 agents have open trajectories") as raised:
+        strands_tito.record_reward(1.0)  # two rollouts at once: whose reward is it?
+    assert raised.value.choices == ids and all(tid in str(raised.value) for tid in ids)
+    capture.record_reward(0.25, agent=agents[0])  # explicit: no question
+    first.reset()
+    strands_tito.record_reward(0.75)  # the other agent's trajectory is now the only one open
+    second.reset()
+    with pytest.raises(strands_tito.RewardTargetError, match="no open trajectory"):
+        strands_tito.record_reward(1.0)
+
+    records = assemble(from_memory(memory), set(ids))
+    assert records[first_id].rewards == [0.25] and records[second_id].rewards == [0.75]
 
 
 async def test_embedded_jsonl_writer(start_engine, qwen3, plug, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -17,10 +17,17 @@ import pytest
 from strands.types.exceptions import ContextWindowOverflowException
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito import SGLangAbortedError, SGLangInvalidSampleError, VLLMClient, VLLMModel, spans
+from strands_tito import (
+    SGLangAbortedError,
+    SGLangInvalidSampleError,
+    VLLMClient,
+    VLLMInvalidSampleError,
+    VLLMModel,
+    spans,
+)
 from strands_tito.assembly import TrajectoryAssembler
 from strands_tito.checks import WeightVersionSpan
-from strands_tito.engine import Fault, LocalEngine, Reply, Script, Speculative
+from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script, Speculative
 
 from .conftest import make_agent, make_model
 
@@ -343,6 +350,25 @@ async def test_vllm_repetition_finish_is_an_answer(
     turn = model.trajectory.turns[0]
     assert (turn.finish_reason, turn.matched_stop) == ("stop", "repetition_detected")
     assert str(result).strip() == "la la la"
+
+
+@pytest.mark.parametrize("endpoint", ["generate", "completions"])
+async def test_vllm_logprob_floor_is_refused_not_recorded(
+    start_engine: Any, qwen3: PreTrainedTokenizerBase, endpoint: str
+) -> None:
+    """vLLM writes ``-9999.0`` where a generated token's logprob is missing or not finite: the tokens endpoint's
+    ``_clamp_logprob`` and its sentinel for a token without a logprob entry (``entrypoints/scale_out/
+    token_in_token_out/serving.py:85-91, 895-901``), ``/v1/completions``' ``max(logprob, -9999.0)``
+    (``entrypoints/openai/completion/serving.py:765``, ``-inf`` only). The provider refuses the turn; nothing is
+    recorded."""
+    engine = start_engine(Script(turns=[Reply(text="ok"), Fault.malformed("nan_logprob")]))
+    model = _vllm(engine, qwen3, endpoint)
+    agent = make_agent(model)
+    await agent.invoke_async("Hi")  # type: ignore[arg-type]
+    before = model.trajectory.to_dict()
+    with pytest.raises(VLLMInvalidSampleError, match=r"logprob -9999.0 is vLLM's value"):
+        await agent.invoke_async("Again")  # type: ignore[arg-type]
+    assert model.trajectory.to_dict() == before
 
 
 @pytest.mark.parametrize("endpoint", ["generate", "completions"])

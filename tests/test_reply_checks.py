@@ -289,8 +289,9 @@ def test_parse_reply_keeps_the_new_prompt_only() -> None:
 
 
 def test_vllm_floor_is_missing_at_a_prompt_token_and_refused_at_a_generated_one() -> None:
-    """vLLM writes -9999.0 for a missing, NaN or infinite logprob (``token_in_token_out/serving.py:85-91``,
-    ``completion/serving.py:765``): never a real value, so None at a prompt token, and a refused turn at an output."""
+    """vLLM 0.33 writes -9999.0 for a missing, NaN or infinite logprob (``token_in_token_out/serving.py:85-91``;
+    ``completion/serving.py:765`` floors ``-inf``): never a real value, so None at a prompt token, and a refused turn
+    at an output."""
     entries: list[Any] = [None, {"11": {"logprob": vllm.LOGPROB_FLOOR}}, {"12": {"logprob": -0.5}}]
     assert vllm._prompt_logprobs(entries, [10, 11, 12], 2, "src") == [None, -0.5]
     with pytest.raises(vllm.VLLMInvalidSampleError, match=r"\[1\]: logprob -9999.0 is vLLM's value"):

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from strands_tito import vocabularies as vocab
-from strands_tito.tokenizers import default_cache_root
+from strands_tito.testing import vocabularies as vocab
+from strands_tito.testing.tokenizers import default_cache_root
 
 SAMPLES = [
     "Hello world",

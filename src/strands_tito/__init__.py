@@ -10,8 +10,9 @@ The pipeline, bottom layer first (each layer imports only the ones above it in t
   parser base class, the one place for strands-sglang compatibility;
 - ``collector/`` (``strands-tito collect``) and ``exporters/`` (JSONL, Parquet, Agent Lightning): below the agent
   side, they load no Strands, transformers or providers;
-- ``engine/``: the local test/dev engine (a scripted SGLang/vLLM stand-in), ``tokenizers`` / ``chat_templates``
-  (offline vocabularies and real chat templates), ``demo``, ``viewer`` (``strands-tito inspect``).
+- ``viewer`` (``strands-tito inspect``);
+- ``testing/``: the test harness, imported by no module above (the local engine, offline vocabularies, real chat
+  templates, ``strands-tito demo``).
 
 The names below are loaded on first use (PEP 562), so ``import strands_tito.collector`` or ``strands_tito.exporters``
 (which sit below the agent side) does not pull in Strands, transformers or the providers, while
@@ -29,7 +30,7 @@ from strands_tito.compat import install_module_paths
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 if TYPE_CHECKING:
-    from strands_tito.capture.recorder import record_reward
+    from strands_tito.capture.recorder import RewardTargetError, record_reward
     from strands_tito.errors import (
         ContextLengthError,
         GenerationError,
@@ -101,6 +102,7 @@ if TYPE_CHECKING:
 #: Public name -> the submodule that defines it.
 _EXPORTS: dict[str, str] = {
     "record_reward": "capture.recorder",
+    "RewardTargetError": "capture.recorder",
     "RetryPolicy": "providers.client",
     "SGLangCancelledError": "providers.client",
     "SGLangClient": "providers.client",
@@ -196,6 +198,7 @@ __all__ = [
     "ReplyDecodingError",
     "RequestCancelledError",
     "RetryPolicy",
+    "RewardTargetError",
     "Rollout",
     "SGLangAbortedError",
     "SGLangCancelledError",

