@@ -1,4 +1,5 @@
-"""``strands-tito collect``: run the collector."""
+"""Run the collector: ``strands-tito-collector`` (this distribution's command), ``python -m strands_tito.collector``,
+or ``strands-tito collect`` in the full install; the same options in each."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ def _address(value: str, option: str) -> tuple[str, int]:
 
 
 # long: a declaration list, one statement per option
-def _parser() -> argparse.ArgumentParser:
-    """The ``strands-tito collect`` options (a declaration list; :func:`parse_args` checks how they combine)."""
-    p = argparse.ArgumentParser(prog="strands-tito collect", description="Receive OTLP spans, write trajectories.")
+def _parser(prog: str) -> argparse.ArgumentParser:
+    """The collector's options (a declaration list; :func:`parse_args` checks how they combine)."""
+    p = argparse.ArgumentParser(prog=prog, description="Receive OTLP spans, write trajectories.")
     p.add_argument("--http", default="127.0.0.1:4318", help="OTLP/HTTP address (default 127.0.0.1:4318; port 0 = any)")
     p.add_argument("--grpc", default="127.0.0.1:4317", help="OTLP/gRPC address (default 127.0.0.1:4317; 'off' = none)")
     p.add_argument("--store", type=Path, default=Path(".strands-tito/collector"), help="store directory (SQLite, WAL)")
@@ -91,9 +92,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: list[str]) -> CollectorConfig:
-    """Command-line options to a :class:`CollectorConfig`."""
-    p = _parser()
+def parse_args(argv: list[str], prog: str = "strands-tito collect") -> CollectorConfig:
+    """Command-line options to a :class:`CollectorConfig` (``prog``: the command's name in usage and errors)."""
+    p = _parser(prog)
     a = p.parse_args(argv)
     _check_ranges(p, a, argv)
     token = _secret(p, a.token, a.token_file, "--token", TOKEN_ENV)
@@ -190,10 +191,10 @@ def _loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
-def collect_main(argv: list[str]) -> int:
+def collect_main(argv: list[str], prog: str = "strands-tito collect") -> int:
     """Run until SIGINT/SIGTERM, then shut down gracefully (exit 0); 1 when an address cannot be bound or another
     collector has the store or it cannot be opened."""
-    config = parse_args(argv)
+    config = parse_args(argv, prog)
 
     async def run() -> None:
         task = asyncio.current_task()
@@ -207,9 +208,14 @@ def collect_main(argv: list[str]) -> int:
     try:
         asyncio.run(run())
     except ExporterConfigError as e:
-        print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
+        print(f"{prog}: {e}", file=sys.stderr, flush=True)
         return 2
     except (BindError, StoreError) as e:
-        print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
+        print(f"{prog}: {e}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def main() -> None:
+    """The ``strands-tito-collector`` command, which the collector distribution installs."""
+    sys.exit(collect_main(sys.argv[1:], "strands-tito-collector"))

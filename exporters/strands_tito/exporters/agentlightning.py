@@ -73,9 +73,10 @@ def _require_agentlightning() -> Any:
     try:
         from agentlightning import schemas
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ExporterConfigError(
-            str(MissingDependencyError("the Agent Lightning exporter", "agentlightning", "agentlightning"))
-        ) from e
+        missing = MissingDependencyError(
+            "the Agent Lightning exporter", "agentlightning", "agentlightning", "strands-tito-collector"
+        )
+        raise ExporterConfigError(str(missing)) from e
     return schemas
 
 

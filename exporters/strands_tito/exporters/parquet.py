@@ -47,7 +47,8 @@ class ParquetExporter:
         try:
             import pyarrow  # noqa: F401  (fail at start-up, not at the first batch, when pyarrow is missing)
         except ImportError as e:
-            raise ExporterConfigError(str(MissingDependencyError("Parquet output", "pyarrow", "parquet"))) from e
+            missing = MissingDependencyError("Parquet output", "pyarrow", "parquet", "strands-tito-collector")
+            raise ExporterConfigError(str(missing)) from e
 
         self.directory = Path(directory)
         try:

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 
 from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
+from strands_tito.capture.deferred import call_when_released, run_released_calls
 from strands_tito.capture.endpoint_check import endpoint_unreachable
 from strands_tito.capture.lineage import attach_span_tree, lineage_of
 from strands_tito.errors import StrandsTitoError
@@ -49,9 +50,7 @@ ENV_ENCODING = "STRANDS_TITO_SPAN_ENCODING"
 ENV_FLUSH_TIMEOUT = "STRANDS_TITO_FLUSH_TIMEOUT"
 
 _tracer = trace.get_tracer("strands_tito")
-# Re-entrant: end_trajectory also runs from garbage-collection finalizers (an agent released), which may fire on a
-# thread that holds this lock; a plain lock would deadlock there.
-_lock = threading.RLock()
+_lock = threading.RLock()  # re-entrant: garbage collection may run a finalizer on a thread that holds it
 
 
 class CallSequence(Protocol):
@@ -360,7 +359,7 @@ class AgentState(dict[str, Any]):
     trajectory by this type, without knowing the providers. Strands deep-copies ``model_state`` around every model
     call; this object hands out itself instead, so the trajectory is neither copied (O(length) per turn) nor lost. As
     a dict it serializes to ``{}`` with a session manager; a restored session then starts a new trajectory. The
-    trajectory gets its end signal ("released") when the state is garbage-collected.
+    trajectory gets its end signal ("released") from capture's thread once the state is garbage-collected.
     """
 
     def __init__(self, trajectory: Trajectory | CallSequence) -> None:
@@ -371,8 +370,7 @@ class AgentState(dict[str, Any]):
         #: The lineage of the agent's first sample on spans; later samples keep its episode, parent and agent.
         self.lineage: Lineage | None = None
         attach_span_tree()  # before the agent's spans start, so its sub-agents find it
-        finalizer = weakref.finalize(self, end_trajectory, trajectory, "released")
-        finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
+        call_when_released(self, end_trajectory, trajectory, "released")  # queued, sent by capture's thread
 
     @property
     def samples(self) -> Sequence[Trajectory | CallSequence]:
@@ -472,6 +470,7 @@ def record_reward(
 
 def _only_open_trajectory() -> tuple[Trajectory | CallSequence, list[str]]:
     """The trajectory (and every sample id of its agent) of the one agent with open trajectories in this process."""
+    run_released_calls()  # released agents' trajectories, still queued to end, are not open
     with _lock:
         active = list(_active.values())
     owners: dict[int, list[Trajectory | CallSequence]] = {}
@@ -492,6 +491,7 @@ def _only_open_trajectory() -> tuple[Trajectory | CallSequence, list[str]]:
 
 def shutdown_capture(timeout: float | None = None) -> None:
     """End every open trajectory and flush the tracer provider, waiting at most ``timeout`` seconds."""
+    run_released_calls()  # end signals of released agents still queued
     with _lock:
         pending = list(_open.values())
     logger.debug("open_trajectories=<%d> | ending open trajectories and flushing", len(pending))
