@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ForwardRef, Literal, TypedDict, cast
 
 # -- switching capture off ---------------------------------------------------------------------------------------------
 
@@ -82,65 +82,171 @@ ParquetType = Literal[
 structs) or ``json`` (nested data as one JSON text, so every part has the same schema)."""
 
 
+class WeightVersionRun(TypedDict):
+    """Which weights sampled output tokens ``[start, end)`` of a turn (SGLang's and vLLM's own form)."""
+
+    version: str
+    start: int
+    end: int
+
+
+class TurnEntry(TypedDict):
+    """One entry of a record's ``turns``: what the token arrays do not say about a model call of a turn record."""
+
+    index: int
+    prompt_start: int
+    prompt_length: int
+    output_length: int
+    finish_reason: str
+    matched_stop: str | None
+    prompt_tokens: int
+    cached_tokens: int
+    latency_s: float | None
+    request_id: str | None
+    weight_version: str | None
+    weight_versions: list[WeightVersionRun]
+    images: int
+    """How many of the record's ``image_data`` this turn's new prompt added."""
+
+
+class CallEntry(TypedDict):
+    """One entry of a record's ``calls``: an OpenAI-compatible call exactly as served (call records only)."""
+
+    index: int
+    prompt_ids: list[int]
+    output_ids: list[int]
+    output_logprobs: list[float | None]
+    finish_reason: str
+    request_id: str | None
+
+
+class PrefixCheckEntry(TypedDict):
+    """One entry of a record's ``prefix_report``: whether call ``index``'s prompt extends call ``index - 1``."""
+
+    index: int
+    shares_prefix: bool
+    expected_length: int
+    divergence: int | None
+
+
+class TopPRows(TypedDict):
+    """Top-p replay over a whole trajectory: token i kept ``token_ids[offsets[i]:offsets[i + 1]]``."""
+
+    token_ids: list[int]
+    offsets: list[int]
+
+
+class TokenFields(TypedDict):
+    """The token part of a record, as ``Trajectory.to_dict()`` gives it."""
+
+    trajectory_id: str
+    token_ids: list[int]
+    loss_mask: list[int]
+    logprobs: list[float | None]
+    segments: list[list[int]]
+    turns: list[TurnEntry]
+    image_data: list[str]
+    routed_experts: str | None
+    top_p: TopPRows | None
+
+
+class RecordHeader(TypedDict):
+    """What a record says about its trajectory besides the tokens (see :data:`RECORD_FIELDS` for each field)."""
+
+    trajectory_id: str
+    complete: bool
+    reason: str | None
+    model_id: str | None
+    episode_id: str | None
+    sample_index: int
+    parent_trajectory_id: str | None
+    agent_id: str | None
+    agent_name: str | None
+    reward: float | None
+    rewards: list[float]
+    trace_ids: list[str]
+    resource: dict[str, Any]
+    tool_parse_errors: list[dict[str, str]]
+    prefix_consistent: bool | None
+    merged_calls: int
+    calls: list[CallEntry]
+    prefix_report: list[PrefixCheckEntry]
+
+
+class ExportedRecord(RecordHeader, TokenFields):
+    """One exported trajectory record: a JSONL line, a Parquet row, what every exporter is given.
+
+    Its keys, in order, are :data:`RECORD_KEYS` (the header's, then the token fields').
+    """
+
+
 @dataclass(frozen=True)
 class RecordField:
     """One field of the exported record.
 
     Attributes:
         name: The JSONL key and the Parquet column.
-        type: Its JSON value, as a Python type.
         parquet: Its Parquet storage (:data:`ParquetType`).
         default: What a reader assumes when an older record lacks it.
         doc: What it holds.
     """
 
     name: str
-    type: str
     parquet: ParquetType
     default: Any
     doc: str
 
+    @property
+    def type(self) -> str:
+        """Its JSON value, as the Python type :class:`ExportedRecord` declares."""
+        annotation = ExportedRecord.__annotations__[self.name]
+        return annotation.__forward_arg__ if isinstance(annotation, ForwardRef) else str(annotation)
+
 
 #: The record's fields in the order of a JSONL line (``TrajectoryRecord.to_dict()``) and of the Parquet columns.
 RECORD_FIELDS: tuple[RecordField, ...] = (
-    RecordField("trajectory_id", "str", "string", "", "the trajectory's id"),
-    RecordField("complete", "bool", "bool", False, "every turn or call arrived and chained up exactly"),
-    RecordField("reason", "str | None", "string", None, "why the record is incomplete"),
-    RecordField("model_id", "str | None", "string", None, "the model that served it"),
+    RecordField("trajectory_id", "string", "", "the trajectory's id"),
+    RecordField("complete", "bool", False, "every turn or call arrived and chained up exactly"),
+    RecordField("reason", "string", None, "why the record is incomplete"),
+    RecordField("model_id", "string", None, "the model that served it"),
     # Lineage, one set of fields for every multi-agent shape: the episode (all agents of one task), the sample within
     # it (0; a later context rewrite of the same agent counts up) and the trajectory whose agent started this one.
-    RecordField("episode_id", "str | None", "string", None, "the episode: every agent of one task shares it"),
-    RecordField("sample_index", "int", "int64", 0, "which sample of its agent in the episode (0: the first)"),
-    RecordField("parent_trajectory_id", "str | None", "string", None, "the trajectory whose agent started it"),
-    RecordField("agent_id", "str | None", "string", None, "the agent's id (gen_ai.agent.id)"),
-    RecordField("agent_name", "str | None", "string", None, "the agent's name (gen_ai.agent.name)"),
-    RecordField("reward", "float | None", "float64", None, "the last reward recorded"),
-    RecordField("rewards", "list[float]", "list<float64>", [], "every reward, in the order recorded"),
-    RecordField("trace_ids", "list[str]", "list<string>", [], "the traces holding its turns, calls and rewards"),
-    RecordField("resource", "dict[str, Any]", "json", {}, "the OTel resource attributes of its spans"),
-    RecordField("tool_parse_errors", "list[dict[str, str]]", "json", [], "tool calls the parser could not read"),
-    RecordField("prefix_consistent", "bool | None", "bool", None, "call records: every call extends the previous one"),
-    RecordField("merged_calls", "int", "int64", 0, "call records: how many calls the token fields merge"),
-    RecordField("calls", "list[dict[str, Any]]", "json", [], "call records: every call exactly (CALL_FIELDS)"),
-    RecordField("prefix_report", "list[dict[str, Any]]", "json", [], "call records: the prefix check per pair"),
-    RecordField("token_ids", "list[int]", "list<int32>", [], "prompt and output tokens of every turn, in order"),
-    RecordField("loss_mask", "list[int]", "list<int8>", [], "1 for generated tokens, 0 for the rest"),
-    RecordField("logprobs", "list[float | None]", "list<float64>", [], "per token; None where not recorded"),
-    RecordField("segments", "list[list[int]]", "segments", [], "(is_output 0/1, length) runs of loss_mask"),
-    RecordField("turns", "list[dict[str, Any]]", "json", [], "per turn: lengths, finish reason, request id, ..."),
-    RecordField("image_data", "list[str]", "list<string>", [], "every prompt image in order, as base64 data URLs"),
-    RecordField(
-        "routed_experts", "str | None", "string", None, "MoE routing: base64 .npy (len - 1, layers, top_k), uint8/16"
-    ),
-    RecordField("top_p", "dict[str, list[int]] | None", "json", None, "top-p replay: token_ids and offsets per token"),
+    RecordField("episode_id", "string", None, "the episode: every agent of one task shares it"),
+    RecordField("sample_index", "int64", 0, "which sample of its agent in the episode (0: the first)"),
+    RecordField("parent_trajectory_id", "string", None, "the trajectory whose agent started it"),
+    RecordField("agent_id", "string", None, "the agent's id (gen_ai.agent.id)"),
+    RecordField("agent_name", "string", None, "the agent's name (gen_ai.agent.name)"),
+    RecordField("reward", "float64", None, "the last reward recorded"),
+    RecordField("rewards", "list<float64>", [], "every reward, in the order recorded"),
+    RecordField("trace_ids", "list<string>", [], "the traces holding its turns, calls and rewards"),
+    RecordField("resource", "json", {}, "the OTel resource attributes of its spans"),
+    RecordField("tool_parse_errors", "json", [], "tool calls the parser could not read"),
+    RecordField("prefix_consistent", "bool", None, "call records: every call extends the previous one"),
+    RecordField("merged_calls", "int64", 0, "call records: how many calls the token fields merge"),
+    RecordField("calls", "json", [], "call records: every call exactly (CALL_FIELDS)"),
+    RecordField("prefix_report", "json", [], "call records: the prefix check per pair"),
+    RecordField("token_ids", "list<int32>", [], "prompt and output tokens of every turn, in order"),
+    RecordField("loss_mask", "list<int8>", [], "1 for generated tokens, 0 for the rest"),
+    RecordField("logprobs", "list<float64>", [], "per token; None where not recorded"),
+    RecordField("segments", "segments", [], "(is_output 0/1, length) runs of loss_mask"),
+    RecordField("turns", "json", [], "per turn: lengths, finish reason, request id, ..."),
+    RecordField("image_data", "list<string>", [], "every prompt image in order, as base64 data URLs"),
+    RecordField("routed_experts", "string", None, "MoE routing: base64 .npy (len - 1, layers, top_k), uint8/16"),
+    RecordField("top_p", "json", None, "top-p replay: token_ids and offsets per token"),
 )
 RECORD_KEYS = tuple(f.name for f in RECORD_FIELDS)
 
 #: The keys of each entry of a record's ``calls`` (one OpenAI-compatible call exactly as served).
-CALL_FIELDS = ("index", "prompt_ids", "output_ids", "output_logprobs", "finish_reason", "request_id")
+CALL_FIELDS = tuple(CallEntry.__annotations__)
 
 
-def record_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+def record_from_json(text: str | bytes) -> ExportedRecord:
+    """A record from the JSON text a writer made of it (a JSONL line, the collector's outbox)."""
+    record: ExportedRecord = json.loads(text)
+    return record
+
+
+def record_from_row(row: Mapping[str, Any]) -> ExportedRecord:
     """A record as its JSONL line has it, from a Parquet row (``pyarrow.Table.to_pylist()`` entry).
 
     Columns an older part lacks get the field's default.
@@ -153,7 +259,7 @@ def record_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
         elif f.parquet == "segments" and value is not None:
             value = [[int(s["is_output"]), s["length"]] for s in value]
         record[f.name] = value
-    return record
+    return cast(ExportedRecord, record)
 
 
 # -- JSONL -----------------------------------------------------------------------------------------------------------

@@ -22,8 +22,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -35,10 +34,11 @@ from strands_tito.capture.deferred import call_when_released, run_released_calls
 from strands_tito.capture.endpoint_check import endpoint_unreachable
 from strands_tito.capture.lineage import attach_span_tree, lineage_of
 from strands_tito.errors import StrandsTitoError
+from strands_tito.exporters import ExporterSettings, make_exporter
 from strands_tito.records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
 from strands_tito.records import AGL_ROLLOUT_ID as AGL_ROLLOUT_ID
 from strands_tito.records import ENV_CAPTURE as ENV_CAPTURE
-from strands_tito.records import agentlightning_identity_of, capture_off, jsonl_bytes
+from strands_tito.records import agentlightning_identity_of, capture_off
 from strands_tito.span_images import encode_images, max_image_bytes
 from strands_tito.span_lineage import Lineage, lineage_attributes
 from strands_tito.trajectory import Trajectory, Turn
@@ -519,37 +519,16 @@ def shutdown_capture(timeout: float | None = None) -> None:
         logger.error("timeout=<%s> | spans were still being exported at exit; some may be lost", limit)
 
 
-class TrajectoryFileWriter:
-    """Appends :class:`TrajectoryRecord` objects to a JSONL file, one line each, flushed per record."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[bytes] = self.path.open("ab")
-        self._lock = threading.Lock()
-
-    def write(self, record: TrajectoryRecord) -> None:
-        """Write one record."""
-        line = jsonl_bytes([record.to_dict()])
-        with self._lock:
-            self._file.write(line)
-            self._file.flush()
-
-    def close(self) -> None:
-        """Close the file."""
-        with self._lock:
-            self._file.close()
-
-
 class TrajectorySpanProcessor(SpanProcessor):
     """Embedded capture: reassembles trajectories from this process's spans and writes them to JSONL.
 
-    It uses the same :class:`TrajectoryAssembler` as the collector service.
+    It uses the same :class:`TrajectoryAssembler` as the collector service, and the collector's JSONL exporter (built
+    by the exporter registry, in its shared mode: agents in other processes may append to the same file).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.assembler = TrajectoryAssembler()
-        self.writer = TrajectoryFileWriter(path)
+        self.exporter = make_exporter(f"jsonl:{os.fspath(path)}", ExporterSettings(jsonl_shared=True))
         self._lock = threading.Lock()
         self.errors = 0
 
@@ -571,18 +550,21 @@ class TrajectorySpanProcessor(SpanProcessor):
         trace_id = format(span.context.trace_id, "032x") if span.context is not None else None
         with self._lock:
             for record in self.assembler.add(decoded, trace_id=trace_id, resource=resource):
-                self.writer.write(record)
+                self._write(record)
 
     def shutdown(self) -> None:
         """Write whatever is still open (as incomplete) and close the file."""
         with self._lock:
             for record in self.assembler.flush():
-                self.writer.write(record)
-            self.writer.close()
+                self._write(record)
+            self.exporter.close()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Records are written as soon as they complete; nothing is buffered."""
         return True
+
+    def _write(self, record: TrajectoryRecord) -> None:
+        self.exporter.write([record.to_dict()], self.exporter.next_position())
 
 
 def add_processors(provider: TracerProvider, processors: Sequence[SpanProcessor]) -> None:
