@@ -384,6 +384,7 @@ TEST_FOLDERS_BESIDES_PACKAGES = {
     "core": "the core distribution (core/strands_tito, the bottom layer): the trajectory, checks, records, errors",
     "cli": "the commands a user types (strands_tito.cli, the viewer), the README as written, the built wheel",
     "data": "data files the tests share",
+    "helpers": "the one helpers package (tests/helpers/__init__.py maps it)",
 }
 
 
@@ -393,3 +394,30 @@ def test_the_tests_mirror_the_product() -> None:
     folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
     assert not folders - packages - set(TEST_FOLDERS_BESIDES_PACKAGES), "name a test folder after its package"
     assert [p.name for p in TESTS.glob("test_*.py")] == [Path(__file__).name], "put a test in its package's folder"
+
+
+#: Test modules another test may import, and why: the engine's own layering test reuses the product's import graph.
+TEST_MODULES_IMPORTED_ON_PURPOSE = {"tests.test_architecture"}
+#: Scripts the tests start as processes (they are run, not imported), besides test modules and helpers.
+TEST_SCRIPTS = {"tests/capture/spool_load_agents.py", "tests/compat/in_strands_env"}
+
+
+def test_helpers_live_in_one_package() -> None:
+    """A helper is written once, in ``tests.helpers``: no test imports another test module or a conftest, and no
+    module besides tests, conftests and scripts the tests start sits outside ``tests/helpers``."""
+    crossing, stray = [], []
+    for path in sorted(TESTS.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if any(relative == s or relative.startswith(s + "/") for s in TEST_SCRIPTS):
+            continue
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for module, _ in runtime_imports(name, path):
+            last = module.rpartition(".")[2]
+            a_test = module.startswith("tests.") and (last.startswith("test_") or last == "conftest")
+            if a_test and module not in TEST_MODULES_IMPORTED_ON_PURPOSE:
+                crossing.append(f"{relative}: {module}")
+        helper = not (path.name.startswith("test_") or path.name in ("conftest.py", "__init__.py"))
+        if helper and path.parent != TESTS / "helpers":
+            stray.append(relative)
+    assert not crossing, f"move what they share into tests/helpers: {crossing}"
+    assert not stray, f"helpers belong in tests/helpers: {stray}"

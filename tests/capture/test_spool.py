@@ -22,9 +22,9 @@ from strands_tito.assembly import TrajectoryAssembler
 from strands_tito.capture import recorder as capture
 from strands_tito.capture.spool import Spool, decode_request, encode_request
 from strands_tito.capture.spool_processor import SpoolingSpanProcessor
-from strands_tito.trajectory import Trajectory
 
-from ..otlp_helpers import end_attributes, turn_attribute_sets
+from ..helpers.capture import emit_turn_spans, make_trajectory
+from ..helpers.otlp import end_attributes
 
 
 class Gate(SpanExporter):
@@ -47,22 +47,6 @@ class Gate(SpanExporter):
         pass
 
 
-def turn_spans(provider: TracerProvider, trajectory: Trajectory) -> None:
-    """A trajectory's turn spans, through ``provider``."""
-    tracer = provider.get_tracer("t")
-    for attributes in turn_attribute_sets(trajectory):
-        tracer.start_span("chat", attributes=attributes).end()
-
-
-def make_trajectory(turns: int, tokens: int = 50) -> Trajectory:
-    t = Trajectory()
-    for k in range(turns):
-        t.append_turn(
-            list(range(k, k + tokens)), list(range(tokens)), output_logprobs=[-0.5] * tokens, finish_reason="stop"
-        )
-    return t
-
-
 def assemble(spans: Sequence[ReadableSpan]) -> list[dict[str, object]]:
     assembler = TrajectoryAssembler()
     records = []
@@ -79,7 +63,7 @@ def test_request_round_trip_keeps_every_field() -> None:
     exporter.up.set()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     t = make_trajectory(2)
-    turn_spans(provider, t)
+    emit_turn_spans(provider, t)
     with provider.get_tracer("t").start_as_current_span("chat", attributes={"x": [1, 2]}) as span:
         span.add_event("gen_ai.choice", {"message": "hi"})
     payload = encode_request(exporter.delivered)
@@ -94,7 +78,7 @@ def test_collector_down_then_up_delivers_everything_in_order(tmp_path: Path) -> 
     provider.add_span_processor(processor)
     trajectories = [make_trajectory(3) for _ in range(10)]
     for t in trajectories:
-        turn_spans(provider, t)
+        emit_turn_spans(provider, t)
         provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(t)).end()
     deadline = time.monotonic() + 5
     while processor.spilled < 30 and time.monotonic() < deadline:
@@ -119,7 +103,7 @@ def test_turns_wait_for_the_schedule_but_an_end_signal_sends_them_at_once(tmp_pa
     provider = TracerProvider()
     provider.add_span_processor(processor)
     first, second = make_trajectory(3), make_trajectory(2)
-    turn_spans(provider, first)
+    emit_turn_spans(provider, first)
     time.sleep(0.3)
     assert gate.attempts == 0  # the turns wait for the (long) schedule
     provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(first)).end()
@@ -127,7 +111,7 @@ def test_turns_wait_for_the_schedule_but_an_end_signal_sends_them_at_once(tmp_pa
     while len(gate.delivered) < 4 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert [dict(s.attributes or {}).get(schema.KIND) for s in gate.delivered] == ["turn", "turn", "turn", "end"]
-    turn_spans(provider, second)  # the next trajectory's turns wait again
+    emit_turn_spans(provider, second)  # the next trajectory's turns wait again
     time.sleep(0.3)
     assert len(gate.delivered) == 4 and gate.attempts == 1
     processor.shutdown()
@@ -139,7 +123,7 @@ def test_exit_leaves_the_rest_in_the_spool_and_the_next_process_sends_it(tmp_pat
     provider = TracerProvider()
     provider.add_span_processor(first)
     t = make_trajectory(4)
-    turn_spans(provider, t)
+    emit_turn_spans(provider, t)
     provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(t)).end()
     started = time.monotonic()
     assert not first.force_flush(300)  # bounded: the collector is down
@@ -163,7 +147,7 @@ def test_past_the_hard_limit_drops_are_counted_and_the_record_names_them(tmp_pat
     provider = TracerProvider()
     provider.add_span_processor(processor)
     t = make_trajectory(6, tokens=100)  # ~1.3 KB a turn span: some fit, the rest cannot
-    turn_spans(provider, t)
+    emit_turn_spans(provider, t)
     assert processor.dropped > 0
     capture._open[t.trajectory_id] = t  # as record_turn would have
     tracer = provider.get_tracer("t")
@@ -227,7 +211,7 @@ def test_our_own_exports_are_not_traced_by_an_instrumented_http_library(tmp_path
     processor = SpoolingSpanProcessor(exporter, Spool(tmp_path), schedule_delay=0.01)
     provider.add_span_processor(processor)
     t = make_trajectory(2)
-    turn_spans(provider, t)
+    emit_turn_spans(provider, t)
     provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(t)).end()
     assert processor.force_flush(5_000)
     processor.shutdown()
@@ -256,7 +240,7 @@ def test_a_forked_child_still_runs_the_weak_fork_hook(tmp_path: Path) -> None:
     provider.add_span_processor(processor)
     pid = os.fork()
     if pid == 0:  # the child: its span is dropped and counted, not queued for a sender it does not have
-        turn_spans(provider, make_trajectory(1))
+        emit_turn_spans(provider, make_trajectory(1))
         os._exit(0 if processor.dropped == 1 else 1)
     _, status = os.waitpid(pid, 0)
     processor.shutdown()

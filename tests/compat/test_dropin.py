@@ -7,8 +7,6 @@ received and produced.
 from __future__ import annotations
 
 import base64
-import json
-from typing import Any
 
 import numpy as np
 import pytest
@@ -29,14 +27,15 @@ from strands_tito import (
 )
 from strands_tito.testing.engine import Fault, Reply, Script, routed_experts_for
 
-from ..conftest import assert_matches_engine, generate_records, make_agent, make_model
-from ..tools import calculator
-
-IM_END = 151645
-
-
-def hermes_call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+from ..helpers.agents import (
+    IM_END,
+    assert_matches_engine,
+    calculator,
+    generate_records,
+    hermes_call,
+    make_agent,
+    make_model,
+)
 
 
 def test_strands_sglang_public_names_exist() -> None:

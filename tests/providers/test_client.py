@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
 import time
 from types import SimpleNamespace
@@ -29,7 +28,8 @@ from strands_tito import (
 from strands_tito.providers.client import _CancelWatch, classify_http_error, until_cancelled
 from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script
 
-from ..conftest import fast_client
+from ..helpers.agents import fast_client
+from ..helpers.collector import free_port
 
 PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
 
@@ -54,12 +54,6 @@ async def generate(client: TokenClient, prompt: list[int], **kwargs: Any) -> dic
 
 def route(client: TokenClient) -> str:
     return "/generate" if isinstance(client, SGLangClient) else "/inference/v1/generate"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_retry_after_is_honoured(start_engine, backend) -> None:  # type: ignore[no-untyped-def]

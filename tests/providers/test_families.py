@@ -35,11 +35,9 @@ from strands_tito.providers.tool_parsers import TOOL_PARSERS
 from strands_tito.testing.engine import Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer, stand_in_tokenizer
 
-from ..conftest import assert_matches_engine, generate_records, make_agent, make_model
-from ..templates import json_text_arguments, reference_tokenizer, thinking_switch
-from ..tools import calculator
+from ..helpers.agents import SYSTEM, assert_matches_engine, calculator, generate_records, make_agent, make_model
+from ..helpers.templates import json_text_arguments, reference_tokenizer, thinking_switch
 
-SYSTEM = "You are a helpful assistant."
 USER_1 = "What is 25 * 17?"
 USER_2 = "Now compute 2 ** 10 and 3 * 3."
 

@@ -24,14 +24,13 @@ from strands_tito.testing.engine import Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer
 from strands_tito.trajectory import Trajectory, TrajectoryError
 
-from ..capture.test_capture import assemble, assert_same, from_memory
-from ..conftest import assert_matches_engine, generate_records, make_agent, make_model
+from ..helpers.agents import SYSTEM, assert_matches_engine, generate_records, make_agent, make_model
+from ..helpers.capture import assemble, assert_same, from_memory
 
 USER_IMAGE = b"\x89PNG\r\n\x1a\nuser-image-bytes"
 TOOL_IMAGE = b"\xff\xd8\xffjpeg-from-the-tool" * 50
 USER_URL = "data:image/png;base64," + base64.b64encode(USER_IMAGE).decode()
 TOOL_URL = "data:image/jpeg;base64," + base64.b64encode(TOOL_IMAGE).decode()
-SYSTEM = "You are a helpful assistant."
 CALL = "<tool_call>\n<function=snapshot>\n<parameter=name>\nchart\n</parameter>\n</function>\n</tool_call>"
 
 
@@ -253,7 +252,7 @@ async def test_collector_ingest_carries_images_and_rejects_bad_ones(  # type: ig
     from strands_tito.collector.ingest import Ingestor
     from strands_tito.collector.store import Store
 
-    from ..otlp_helpers import make_request, make_span
+    from ..helpers.otlp import make_request, make_span
 
     _, model, _, _ = await run_episode(start_engine, qwen35)
     original = model.trajectory

@@ -9,14 +9,11 @@ import asyncio
 import base64
 import io
 import json
-from typing import Any
 
 import numpy as np
 import pytest
 from pydantic import BaseModel
-from strands import tool
 from strands.types.exceptions import ContextWindowOverflowException, ModelThrottledException
-from transformers import PreTrainedTokenizerBase
 
 from strands_tito import (
     HistoryRewrittenError,
@@ -33,30 +30,18 @@ from strands_tito import (
 from strands_tito.replay import top_p_rows
 from strands_tito.testing.engine import Fault, Reply, Script, routed_experts_for
 
-from ..conftest import assert_matches_engine, generate_records, make_agent, make_model
-from ..tools import calculator
-
-IM_END = 151645
-
-
-def hermes_call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
-@tool
-async def slow_echo(text: str, delay: float) -> str:
-    """Echo text after a delay.
-
-    Args:
-        text: What to echo.
-        delay: Seconds to wait.
-    """
-    await asyncio.sleep(delay)
-    return f"echo:{text}"
-
-
-def decode(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> str:
-    return str(tokenizer.decode(ids, skip_special_tokens=False))
+from ..helpers.agents import (
+    DRIFT_CASES,
+    IM_END,
+    assert_matches_engine,
+    calculator,
+    decode,
+    generate_records,
+    hermes_call,
+    make_agent,
+    make_model,
+    slow_echo,
+)
 
 
 async def test_multi_turn_tool_use_is_recorded_exactly(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -142,15 +127,6 @@ async def test_thinking(start_engine, qwen3, enable_thinking: bool) -> None:  # 
     tool_uses = [b["toolUse"]["input"] for b in agent.messages[1]["content"] if "toolUse" in b]
     assert tool_uses == [{"expression": "2 ** 10"}]
     assert_matches_engine(trajectory, generate_records(engine))
-
-
-# Output token sequences that decode-then-encode would change (each case checked against the real Qwen3 vocabulary).
-DRIFT_CASES = {
-    "tool_call_tag_in_pieces": [27, 14172, 13429, 29],  # "<tool_call>" spelled as plain text pieces
-    "double_newline_split": [198, 198],  # "\n" "\n" instead of "\n\n"
-    "broken_utf8": [124026, 5394],  # first byte of a 4-byte character, then " ok"
-    "non_canonical_merge": [32713, 385],  # "Hel" "lo" instead of "Hello"
-}
 
 
 @pytest.mark.parametrize("case", sorted(DRIFT_CASES))

@@ -17,7 +17,7 @@ from strands_tito.providers.prompt import PromptEncoder, PromptError
 from strands_tito.testing.chat_templates import real_chat_template
 from strands_tito.testing.family_tokenizers import family_tokenizer
 
-from ..templates import TEMPLATES, json_text_arguments, manifest, reference_template, reference_tokenizer
+from ..helpers.templates import TEMPLATES, json_text_arguments, manifest, reference_template, reference_tokenizer
 
 
 def sha256(text: str) -> str:
