@@ -15,6 +15,7 @@ from pathlib import Path
 
 from strands_tito.exporters import ExporterConfigError
 
+from .ingest import MAX_REQUEST_TOKENS
 from .service import BindError, CollectorConfig, serve
 from .store import StoreError
 
@@ -67,6 +68,12 @@ def _parser(prog: str) -> argparse.ArgumentParser:
         type=int,
         default=100_000,
         help="open trajectories at once; requests starting more get 503 until some finish (default 100000)",
+    )
+    p.add_argument(
+        "--max-request-tokens",
+        type=int,
+        default=MAX_REQUEST_TOKENS,
+        help=f"token ids one request may carry; spans past it are refused (default {MAX_REQUEST_TOKENS})",
     )
     p.add_argument(
         "--max-connections", type=int, default=256, help="HTTP connections at once; more get 503 (default 256)"
@@ -135,6 +142,7 @@ def parse_args(argv: list[str], prog: str = "strands-tito collect") -> Collector
         max_inflight=a.max_inflight,
         max_connections=a.max_connections,
         max_open_trajectories=a.max_open_trajectories,
+        max_request_tokens=a.max_request_tokens,
         idle_timeout=a.idle_timeout,
         progress_interval=a.progress_interval,
         head_timeout=a.head_timeout,
@@ -155,8 +163,8 @@ def _check_ranges(p: argparse.ArgumentParser, a: argparse.Namespace, argv: list[
         p.error("--agl-key and --agl-model need --agl-url")
     if a.agl_ack_timeout < 0:
         p.error("--agl-ack-timeout must be >= 0")
-    if min(a.max_connections, a.max_open_trajectories) < 1:
-        p.error("--max-connections and --max-open-trajectories must be >= 1")
+    if min(a.max_connections, a.max_open_trajectories, a.max_request_tokens) < 1:
+        p.error("--max-connections, --max-open-trajectories and --max-request-tokens must be >= 1")
     if a.parquet_part_rows < 1 or a.parquet_linger < 0:
         p.error("--parquet-part-rows must be >= 1 and --parquet-linger >= 0")
     if min(a.head_timeout, a.body_timeout, a.shutdown_timeout) <= 0:

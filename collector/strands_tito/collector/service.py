@@ -31,7 +31,7 @@ from strands_tito.exporters import (
 
 from .accept import AcceptPath, Limits
 from .delivery import Delivery
-from .ingest import Ingestor
+from .ingest import MAX_REQUEST_TOKENS, Ingestor
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
 from .store import Store
@@ -67,6 +67,8 @@ class CollectorConfig:
     max_connections: int = 256
     max_open_trajectories: int = 100_000
     """Open trajectories held at once; a request that starts another one past it is answered 503 (retried)."""
+    max_request_tokens: int = MAX_REQUEST_TOKENS
+    """Token ids one request may carry; a span past it is refused with the reason, the others are taken."""
     """HTTP connections served at once; more are answered 503 and closed (one log line per burst)."""
     max_store_bytes: int = 10 * 1024**3
     idle_timeout: float = 600.0
@@ -103,8 +105,9 @@ class Collector:
         self.health = Health(self.metrics)
         self.delivery = Delivery(self.store, self.exporters, self.metrics, self.health, config.batch_size)
         self.ingestor = Ingestor(
-            self.store, [e.name for e in self.exporters], self.delivery.wake, config.max_open_trajectories
-        )
+            self.store, [e.name for e in self.exporters], self.delivery.wake, config.max_open_trajectories,
+            config.max_request_tokens,
+        )  # fmt: skip
         limits = Limits(
             config.token, config.max_body_bytes, config.max_decompressed_bytes, config.max_inflight,
             config.max_store_bytes,
