@@ -9,7 +9,8 @@ The pipeline, bottom layer first (each layer imports only the ones above it in t
 - ``compat/``: strands-sglang 0.6's module paths (``strands_tito.client``, ``.tool_parsers.base`` ...) and its
   parser base class, the one place for strands-sglang compatibility;
 - ``collector/`` (``strands-tito collect``) and ``exporters/`` (JSONL, Parquet, Agent Lightning): below the agent
-  side, they load no Strands, transformers or providers;
+  side, they load no Strands, transformers or providers, and install without them (the ``strands-tito-collector``
+  distribution, with the bottom layer as ``strands-tito-core``: ``docs/collector.md``);
 - ``viewer`` (``strands-tito inspect``);
 - ``testing/``: the test harness, imported by no module above (the local engine, offline vocabularies, real chat
   templates, ``strands-tito demo``).
@@ -25,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from strands_tito.compat import install_module_paths
 
-# The collector and exporters live in the repository's collector/ and exporters/ folders; in a source checkout
-# they join this package from there (a wheel simply contains them).
+# strands_tito is shared by four distributions (core, exporters, collector, this agent side); only this one ships
+# this file. Installed from wheels they share one folder; installed editable (a checkout: core/, exporters/,
+# collector/, src/), each folder joins this package from the path. Without this distribution, strands_tito is a plain
+# namespace package and the collector runs the same.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 if TYPE_CHECKING:
