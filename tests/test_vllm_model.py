@@ -57,7 +57,7 @@ from strands_tito.providers.prompt import format_tool_specs
 from strands_tito.providers.rendering import render_chat_template
 from strands_tito.testing.engine import EngineRecord, Fault, LocalEngine, Reply, Script
 from strands_tito.testing.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
-from strands_tito.testing.family_tokenizers import family_tokenizer
+from strands_tito.testing.family_tokenizers import stand_in_tokenizer
 from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
 
@@ -551,7 +551,7 @@ async def test_real_vllm_llama_family_template(tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
     python, model_dir = _vllm_paths(VLLM_FAMILY_MODEL_ENV)
-    spec, tokenizer = FAMILIES[FAMILY], family_tokenizer(FAMILY)
+    spec, tokenizer = FAMILIES[FAMILY], stand_in_tokenizer(FAMILY)
     served = AutoTokenizer.from_pretrained(model_dir)
     stale = f"{model_dir} was built from another {FAMILY} stand-in tokenizer: delete it and rerun scripts/vllm_env.sh"
     assert served.get_vocab() == tokenizer.get_vocab() and served.chat_template == tokenizer.chat_template, stale
