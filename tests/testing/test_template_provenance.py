@@ -189,7 +189,7 @@ def test_deepseek_v32_llama_cpp_template_renders_what_the_original_encoder_rende
 #: spaces at its ends), and string="false" JSON (numbers, booleans, null, arrays, objects).
 V32_CALLS: list[dict[str, Any]] = [
     {"expression": "25 * 17"},
-    {"text": ' a "quoted"\n<b> & é\n', "n": 3, "x": -1.5, "flag": True, "none": None, "items": [1, "x"], "obj": {"k": {}}},
+    {"text": ' a "quoted"\n<b> & é\n', "n": 3, "x": -1.5, "flag": True, "none": None, "items": [1, "x"], "o": {}},
 ]
 
 
