@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from strands_tito.exporters import ExporterConfigError
@@ -17,7 +18,20 @@ from strands_tito.exporters import ExporterConfigError
 from .service import BindError, CollectorConfig, serve
 from .store import StoreError
 
-TOKEN_ENV = "STRANDS_TITO_COLLECTOR_TOKEN"
+
+@dataclass(frozen=True)
+class EnvironmentFallback:
+    """An option the environment may give instead: a secret, so that it need not appear in ``ps``."""
+
+    option: str
+    variable: str
+
+
+#: Every environment variable the collector reads (read once, by :func:`parse_args`, into :class:`CollectorConfig`).
+TOKEN = EnvironmentFallback("--token", "STRANDS_TITO_COLLECTOR_TOKEN")
+AGL_KEY = EnvironmentFallback("--agl-key", "AGL_KEY")
+ENVIRONMENT_FALLBACKS = (TOKEN, AGL_KEY)
+TOKEN_ENV = TOKEN.variable
 
 
 def _address(value: str, option: str) -> tuple[str, int]:
@@ -91,13 +105,28 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def options_table() -> str:
+    """Every option of ``strands-tito collect`` with its environment fallback, default and meaning, as the Markdown
+    table in ``docs/settings.md`` (a test keeps the two equal)."""
+    fallbacks = {f.option: f"`{f.variable}`" for f in ENVIRONMENT_FALLBACKS}
+    rows = ["| option | environment | default | meaning |", "|---|---|---|---|"]
+    for action in _parser()._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        option = max(action.option_strings, key=len)
+        default = "" if action.default in (None, False) else f"`{action.default}`"
+        meaning = (action.help or "").replace("|", "\\|")
+        rows.append(f"| `{option}` | {fallbacks.get(option, '')} | {default} | {meaning} |")
+    return "\n".join(rows)
+
+
 def parse_args(argv: list[str]) -> CollectorConfig:
     """Command-line options to a :class:`CollectorConfig`."""
     p = _parser()
     a = p.parse_args(argv)
     _check_ranges(p, a, argv)
-    token = _secret(p, a.token, a.token_file, "--token", TOKEN_ENV)
-    agl_key = _secret(p, a.agl_key, a.agl_key_file, "--agl-key", "AGL_KEY")
+    token = _secret(p, a.token, a.token_file, TOKEN)
+    agl_key = _secret(p, a.agl_key, a.agl_key_file, AGL_KEY)
     try:
         host, http_port = _address(a.http, "--http")
         grpc_host, grpc_port = (None, None) if a.grpc == "off" else _address(a.grpc, "--grpc")
@@ -162,8 +191,11 @@ def _check_ranges(p: argparse.ArgumentParser, a: argparse.Namespace, argv: list[
         p.error("--head-timeout, --body-timeout and --shutdown-timeout must be > 0")
 
 
-def _secret(p: argparse.ArgumentParser, given: str | None, path: Path | None, option: str, env: str) -> str | None:
+def _secret(
+    p: argparse.ArgumentParser, given: str | None, path: Path | None, fallback: EnvironmentFallback
+) -> str | None:
     """A secret from ``OPTION-file``, ``OPTION`` or the environment (one source; never echoed)."""
+    option = fallback.option
     if given is not None and path is not None:
         p.error(f"{option} and {option}-file exclude each other")
     if path is not None:
@@ -177,7 +209,7 @@ def _secret(p: argparse.ArgumentParser, given: str | None, path: Path | None, op
     if given is not None:
         logging.getLogger(__name__).warning("%s is visible to other users in ps; prefer %s-file", option, option)
         return given
-    return os.environ.get(env) or None
+    return os.environ.get(fallback.variable) or None
 
 
 def _loopback(host: str) -> bool:
