@@ -92,7 +92,7 @@ def prepare(workdir: Path, sizes: Sequence[str]) -> tuple[Path, dict[str, Path],
     from _turn_worker import USER_PROMPT, noop
 
     from strands_tito.providers.prompt import format_tool_specs
-    from strands_tito.tokenizers import build_qwen3_tokenizer
+    from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
     tokenizer = build_qwen3_tokenizer()
     tok_dir = workdir / "tokenizer"
@@ -162,7 +162,7 @@ class Engine:
         self.command = [
             sys.executable,
             "-m",
-            "strands_tito.engine",
+            "strands_tito.testing.engine",
             "--port",
             "0",
             "--tokenizer",

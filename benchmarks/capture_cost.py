@@ -241,7 +241,7 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     from strands.agent.conversation_manager import NullConversationManager
 
     from strands_tito import SGLangClient, SGLangModel, ToolLimiter
-    from strands_tito.tokenizers import build_qwen3_tokenizer
+    from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
     provider = None
     exporter = None

@@ -1,7 +1,7 @@
 """Client-side CPU per agent turn: strands-tito's ``SGLangModel`` vs strands-sglang 0.6.2, side by side.
 
 Both run a real Strands ``Agent`` (one tool, ``NullConversationManager``) against the local engine
-(``strands_tito.engine``, SGLang's ``/generate`` protocol, a separate process so its CPU is not counted) that
+(``strands_tito.testing.engine``, SGLang's ``/generate`` protocol, a separate process so its CPU is not counted) that
 answers every request with a short hermes tool call. Context is built from a long system prompt; the tokenizer is
 the real Qwen3 vocabulary. Each episode has ``--calls`` measured model calls (the first, which tokenizes the whole
 prompt, is reported separately) and worker processes for the two implementations are interleaved round by round.

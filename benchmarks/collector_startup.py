@@ -23,7 +23,7 @@ import resource, sys, time
 t = time.perf_counter()
 import strands_tito.collector.cli, strands_tito.exporters
 dt = time.perf_counter() - t
-agent_side = [m for m in ("strands", "transformers", "tokenizers", "strands_tito.engine") if m in sys.modules]
+agent_side = [m for m in ("strands", "transformers", "tokenizers", "strands_tito.testing.engine") if m in sys.modules]
 print(dt * 1000, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, len(sys.modules), ",".join(agent_side))
 """
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from strands_tito.providers.families import FAMILIES, family_tokenizer
+from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.prompt import PromptEncoder, PromptError
 from strands_tito.providers.tool_parsers import TOOL_PARSERS, get_tool_parser
+from strands_tito.testing.family_tokenizers import family_tokenizer
 
 SPEC: Any = {
     "name": "calculator",

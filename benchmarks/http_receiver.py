@@ -51,7 +51,7 @@ def serve(kind: str, ready: Any) -> None:
             port = await receiver.start("127.0.0.1", 0, None)
         else:
             from strands_tito.collector.accept import Submission
-            from strands_tito.http_server import HttpServer, Request, Response
+            from strands_tito.testing.http_server import HttpServer, Request, Response
 
             async def handle(request: Request, connection: Any) -> Response:
                 outcome = await accept.accept(

@@ -25,7 +25,7 @@ from _machine import describe
 
 from strands_tito.providers.episode import EpisodeState, next_prompt
 from strands_tito.providers.prompt import PromptEncoder
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
 REPEATS = 15
 SPEC: Any = {"name": "step", "description": "Take a step.", "inputSchema": {"json": {"type": "object"}}}

@@ -24,7 +24,7 @@ from pathlib import Path
 from _machine import describe
 
 from strands_tito.html_view import TokenTexts, TrajectoryIndex, serve, trajectory_payload
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 from strands_tito.viewer import Decoder
 
 

@@ -392,7 +392,7 @@ def write_prompts(workdir: Path, sizes: Sequence[str]) -> tuple[dict[str, Path],
     from strands import tool
 
     from strands_tito.providers.prompt import format_tool_specs
-    from strands_tito.tokenizers import build_qwen3_tokenizer
+    from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
     @tool
     def noop(x: int) -> str:

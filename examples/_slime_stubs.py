@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from strands_tito.tokenizers import load_tokenizer
+from strands_tito.testing.tokenizers import load_tokenizer
 
 
 class GenerateState:

@@ -19,7 +19,7 @@ from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 
 from strands_tito import SGLangModel, record_reward
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
 
 @tool

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Train the tiny 4096-token BPE committed at ``src/strands_tito/data/tiny_tokenizer``.
+"""Train the tiny 4096-token BPE committed at ``src/strands_tito/testing/data/tiny_tokenizer``.
 
 Same text pipeline as the Qwen3 tokenizer (NFC, Qwen split regex + byte-level), trained on the top-level ``.py``
 modules of the running interpreter's standard library.  ChatML control tokens are added as special tokens
@@ -26,7 +26,7 @@ from pathlib import Path
 from tokenizers import AddedToken, Tokenizer, pre_tokenizers, trainers
 from tokenizers.models import BPE
 
-from strands_tito.tokenizers import (
+from strands_tito.testing.tokenizers import (
     TINY_NON_SPECIAL_TOKENS,
     TINY_SPECIAL_TOKENS,
     configure_byte_level_pipeline,
@@ -35,7 +35,7 @@ from strands_tito.tokenizers import (
 
 VOCAB_SIZE = 4096
 MIN_FREQUENCY = 2
-DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "src" / "strands_tito" / "data" / "tiny_tokenizer"
+DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "src" / "strands_tito" / "testing" / "data" / "tiny_tokenizer"
 
 
 def stdlib_sources() -> list[Path]:

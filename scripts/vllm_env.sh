@@ -106,7 +106,7 @@ build_model() {
     rm -rf "$tmp"
     mkdir -p "$tmp"
     # The real Qwen3 vocabulary and chat template, exactly as the tests' tokenizer (built offline by strands-tito).
-    "$pp" -c "import sys; from strands_tito.tokenizers import build_qwen3_tokenizer; build_qwen3_tokenizer().save_pretrained(sys.argv[1])" "$tmp"
+    "$pp" -c "import sys; from strands_tito.testing.tokenizers import build_qwen3_tokenizer; build_qwen3_tokenizer().save_pretrained(sys.argv[1])" "$tmp"
     "$ENV_DIR/bin/python" scripts/build_tiny_qwen3.py "$tmp"
     echo "$MODEL_STAMP" >"$tmp/.strands-tito-stamp"
     rm -rf "$MODEL_DIR"
@@ -140,7 +140,7 @@ build_family_model() {
     tmp="$FAMILY_DIR.tmp.$$"
     rm -rf "$tmp"
     mkdir -p "$tmp"
-    "$pp" -c "import sys; from strands_tito.providers.families import family_tokenizer; family_tokenizer(sys.argv[2]).save_pretrained(sys.argv[1])" "$tmp" "$FAMILY"
+    "$pp" -c "import sys; from strands_tito.testing.family_tokenizers import family_tokenizer; family_tokenizer(sys.argv[2]).save_pretrained(sys.argv[1])" "$tmp" "$FAMILY"
     "$ENV_DIR/bin/python" scripts/build_tiny_qwen3.py "$tmp"
     echo "$FAMILY_STAMP" >"$tmp/.strands-tito-stamp"
     rm -rf "$FAMILY_DIR"

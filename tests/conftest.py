@@ -18,9 +18,9 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito import SGLangClient, SGLangModel
 from strands_tito.collector import Collector, CollectorConfig
-from strands_tito.engine import EngineRecord, LocalEngine, Script
 from strands_tito.settings import reset_settings
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.testing.engine import EngineRecord, LocalEngine, Script
+from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
 
 
@@ -51,7 +51,7 @@ def tokenizer_dir(qwen3: PreTrainedTokenizerBase, tmp_path_factory: pytest.TempP
 @pytest.fixture(scope="session")
 def real_template() -> Callable[[str], str]:
     """Reads a real Hugging Face chat template by file name (fetched once from the llama-cpp-python sdist)."""
-    from strands_tito.chat_templates import real_chat_template
+    from strands_tito.testing.chat_templates import real_chat_template
 
     return real_chat_template
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerFast
 
-from strands_tito.chat_templates import real_chat_template
-from strands_tito.providers.families import family_tokenizer
+from strands_tito.testing.chat_templates import real_chat_template
+from strands_tito.testing.family_tokenizers import family_tokenizer
 
 TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
 

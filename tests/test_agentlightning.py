@@ -46,9 +46,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from strands_tito.capture import recorder as capture
 from strands_tito.collector import Collector, CollectorConfig
-from strands_tito.engine import LocalEngine, Reply, Script, routed_experts_for
 from strands_tito.exporters import JsonlExporter
 from strands_tito.exporters.agentlightning import MARKER, AgentLightningExporter, build_events
+from strands_tito.testing.engine import LocalEngine, Reply, Script, routed_experts_for
 from strands_tito.trajectory import Trajectory
 
 from .agl_trainer import train_batch

@@ -1,8 +1,9 @@
 """The layering rules, checked on the source (AST) and at run time in a fresh interpreter.
 
-Layers, bottom to top: the trajectory, span schema, record schema and assembler; capture; the providers; the local
-engine (a test/dev tool). The collector and the exporters sit on the bottom layer only, so a platform engineer who
-runs just ``strands-tito collect`` never loads the agent side.
+Layers, bottom to top: the trajectory, span schema, record schema and assembler; capture; the providers. The collector
+and the exporters sit on the bottom layer only, so a platform engineer who runs just ``strands-tito collect`` never
+loads the agent side. The test harness (``strands_tito.testing``: the local engine, offline tokenizers, template
+fetchers) sits above everything and no product module imports it.
 """
 
 from __future__ import annotations
@@ -30,13 +31,21 @@ BOTTOM = {
     "strands_tito.span_lineage",
     "strands_tito.replay",
     "strands_tito.records",
+    "strands_tito.settings",
     "strands_tito.assembly",
     "strands_tito.otlp",
 }
 #: What the bottom layer, the collector and the exporters must never import (agent side and frameworks).
-AGENT_SIDE = ("strands", "transformers", "tokenizers", "opentelemetry.sdk", "strands_tito.engine")
+AGENT_SIDE = ("strands", "transformers", "tokenizers", "opentelemetry.sdk", "strands_tito.testing")
 PROVIDERS = ("strands_tito.providers",)
 CAPTURE = ("strands_tito.capture",)
+#: The test harness: it may import the product; nothing in the product imports it, not even inside a function.
+TESTING = ("strands_tito.testing",)
+#: The one module per upstream library that may touch its non-public names or patch it (above the bottom layer,
+#: below capture and the providers).
+UPSTREAM = ("strands_tito.upstream",)
+#: The libraries whose internals only those modules may touch.
+UPSTREAM_LIBRARIES = ("strands", "opentelemetry", "transformers")
 
 
 def product_modules() -> Iterator[tuple[str, Path]]:
@@ -96,6 +105,12 @@ def test_layering(name: str) -> None:
         assert not [m for m in imported if within(m, AGENT_SIDE) or within(m, PROVIDERS) or within(m, CAPTURE)]
     if within(name, CAPTURE):
         assert not [m for m in imported if within(m, PROVIDERS)]
+    if not within(name, TESTING):
+        assert not [m for m in imported if within(m, TESTING)], "the product never imports the test harness"
+    if within(name, UPSTREAM):
+        assert not [m for m in imported if m.startswith("strands_tito.") and not (m in BOTTOM or within(m, UPSTREAM))]
+    if name in BOTTOM or within(name, ("strands_tito.collector", "strands_tito.exporters")):
+        assert not [m for m in imported if within(m, UPSTREAM)]
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -108,6 +123,100 @@ def test_no_private_names_across_modules(name: str) -> None:
         if imported.startswith("_") and not imported.startswith("__")
     ]
     assert not crossing
+
+
+def upstream_touches(source: str) -> list[str]:
+    """Where ``source`` reaches into a library's internals: a non-public attribute of anything but ``self``/``cls``
+    or a standard-library module (``x._name``, ``getattr(x, "_name")``), an assignment onto a class or module imported
+    from Strands, OpenTelemetry or transformers (a patch), or a non-public name or module of theirs imported or named.
+
+    Static code cannot tell an upstream object from another, so every object counts; strands-tito's own objects keep
+    their private names to themselves anyway.
+    """
+    tree = ast.parse(source)
+    stdlib: set[str] = set()
+    from_upstream: set[str] = set()
+    found: list[str] = []
+
+    def private(name: object) -> bool:
+        return isinstance(name, str) and name.startswith("_") and not name.startswith("__")
+
+    def root(node: ast.expr) -> str:
+        while isinstance(node, ast.Attribute | ast.Call | ast.Subscript):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        return node.id if isinstance(node, ast.Name) else ""
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                bound = alias.asname or alias.name.partition(".")[0]
+                if alias.name.partition(".")[0] in sys.stdlib_module_names:
+                    stdlib.add(bound)
+                elif within(alias.name, UPSTREAM_LIBRARIES):
+                    from_upstream.add(bound)
+                    if any(private(part) for part in alias.name.split(".")):
+                        found.append(f"line {node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom) and not node.level and within(node.module or "", UPSTREAM_LIBRARIES):
+            for alias in node.names:
+                from_upstream.add(alias.asname or alias.name)
+                if any(private(part) for part in [*(node.module or "").split("."), alias.name]):
+                    found.append(f"line {node.lineno}: from {node.module} import {alias.name}")
+
+    own = {"self", "cls"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and private(node.attr):
+            base = ast.unparse(node.value)
+            if base not in own and base != "super()" and not (isinstance(node.value, ast.Name) and base in stdlib):
+                found.append(f"line {node.lineno}: {base}.{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and len(node.args) >= 2:
+            target, attribute = node.args[0], node.args[1]
+            accessor = node.func.id in ("getattr", "setattr", "hasattr", "delattr")
+            named = isinstance(attribute, ast.Constant) and private(attribute.value)
+            if accessor and named and ast.unparse(target) not in own:
+                found.append(f"line {node.lineno}: {node.func.id}({ast.unparse(target)}, {ast.unparse(attribute)})")
+            if node.func.id in ("setattr", "delattr") and root(target) in from_upstream:
+                found.append(f"line {node.lineno}: {node.func.id}({ast.unparse(target)}, ...)")
+        elif isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete):
+            targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Attribute) and root(target) in from_upstream:
+                    found.append(f"line {node.lineno}: {ast.unparse(target)} = ... (patches an upstream object)")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            parts = node.value.split(".")
+            if len(parts) > 1 and parts[0] in UPSTREAM_LIBRARIES and any(private(p) for p in parts[1:]):
+                found.append(f"line {node.lineno}: {node.value!r}")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_upstream_internals_only_in_the_upstream_modules(name: str) -> None:
+    if within(name, UPSTREAM):
+        return
+    touches = upstream_touches(MODULES[name].read_text(encoding="utf-8"))
+    assert not touches, "use or extend strands_tito.upstream (one module per upstream library)"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        'state = getattr(agent, "_model_state", None)',
+        "limits = span._limits",
+        "from strands.models.openai import OpenAIModel\nOpenAIModel.stream = wrapped",
+        "from strands.telemetry import tracer\ntracer.Tracer.__init__ = init",
+        "import strands.models.openai\nsetattr(strands.models.openai.OpenAIModel, 'stream', wrapped)",
+        "from transformers.utils import chat_template_utils\nchat_template_utils._compile_jinja_template(s)",
+        "from transformers.utils.chat_template_utils import _compile_jinja_template",
+        "provider._strands_tito_processors = []",
+        'LOGGER = "opentelemetry.sdk._shared_internal"',
+    ],
+)
+def test_the_upstream_rule_sees_each_kind_of_touch(source: str) -> None:
+    assert upstream_touches(source)
+
+
+def test_the_upstream_rule_allows_own_and_standard_library_names() -> None:
+    source = "import os, sys\nself._lock = 1\ncls._cache.clear()\nsys._getframe(1)\nos._exit(78)\nsuper()._x()"
+    assert upstream_touches(source) == []
 
 
 def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -150,6 +259,18 @@ def test_collector_and_exporters_load_no_agent_side_at_run_time() -> None:
         "    importlib.import_module(name)\n"
         f"bad = [m for m in sys.modules if any(m == p or m.startswith(p + '.') for p in {forbidden!r})]\n"
         "print(','.join(sorted(bad)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""
+
+
+def test_the_providers_load_no_test_harness_at_run_time() -> None:
+    """The public API and both providers load neither the testing package nor its sdist downloader (pip download)."""
+    script = (
+        "import sys\n"
+        "import strands_tito\n"
+        "from strands_tito import SGLangModel, VLLMModel\n"
+        "print(','.join(sorted(m for m in sys.modules if m.startswith('strands_tito.testing') or 'sdist' in m)))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""

@@ -24,8 +24,8 @@ import strands_tito
 from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.capture import recorder as capture
-from strands_tito.engine import Reply, Script
 from strands_tito.otlp import iter_spans, parse_request
+from strands_tito.testing.engine import Reply, Script
 from strands_tito.trajectory import Trajectory
 
 from .conftest import make_agent, make_model

@@ -1,9 +1,9 @@
 """Capture switched on by environment variables alone, no code change.
 
-Each test starts the unchanged demo agent (src/strands_tito/demo_agent.py) in a real subprocess with only environment
-variables set, against a local engine and real OTLP/HTTP receivers on 127.0.0.1 in the test process, and checks that
-the trajectory put back together from what was exported equals, token for token, what the engine received and
-produced, and that it is complete (its end signal came at process exit).
+Each test starts the unchanged demo agent (src/strands_tito/testing/demo_agent.py) in a real subprocess with only
+environment variables set, against a local engine and real OTLP/HTTP receivers on 127.0.0.1 in the test process, and
+checks that the trajectory put back together from what was exported equals, token for token, what the engine received
+and produced, and that it is complete (its end signal came at process exit).
 """
 
 from __future__ import annotations
@@ -38,15 +38,15 @@ from strands_tito.capture.switch_on import (
     keep_content_off_spans,
     parse_capture,
 )
-from strands_tito.engine import EngineRecord, LocalEngine, Reply, Script
 from strands_tito.otlp import ReceivedSpan, iter_spans, parse_request
+from strands_tito.testing.engine import EngineRecord, LocalEngine, Reply, Script
 from strands_tito.trajectory import Trajectory
 
 from .conftest import generate_records
 from .test_sglang_model import hermes_call
 
 ROOT = Path(__file__).resolve().parent.parent
-AGENT = ("-m", "strands_tito.demo_agent")
+AGENT = ("-m", "strands_tito.testing.demo_agent")
 OTEL_INSTRUMENT = str(Path(sys.executable).parent / "opentelemetry-instrument")
 AGL_KEY = "agl-key-5f0c1d9e7b"  # must appear in no byte of telemetry
 ENV_CAPTURE_JSONL = "STRANDS_TITO_CAPTURE=jsonl:PATH"  # what replaces the deprecated STRANDS_TITO_OUTPUT
@@ -296,7 +296,7 @@ def test_the_exit_handler_runs_once(engine, tmp_path) -> None:  # type: ignore[n
         "handler.setFormatter(logging.Formatter('%(name)s %(message)s')); "
         "log = logging.getLogger('strands_tito.capture.recorder'); log.setLevel(logging.DEBUG); "
         "log.addHandler(handler); "
-        "runpy.run_module('strands_tito.demo_agent', run_name='__main__')"
+        "runpy.run_module('strands_tito.testing.demo_agent', run_name='__main__')"
     )
     done = run({"SGLANG_URL": engine.base_url, capture.ENV_CAPTURE: f"jsonl:{out}"}, "-c", debug)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -391,6 +391,19 @@ def test_bad_settings_stop_the_process_at_start_up(env: dict[str, str], instrume
     assert "the program ran" not in done.stdout
     assert variable in done.stderr and "strands-tito: trace capture cannot start" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("value", [None, "", "0", "off"], ids=["unset", "empty", "0", "off"])
+def test_the_start_up_hook_never_stops_a_program_that_did_not_ask_for_capture(value: str | None) -> None:
+    # The .pth line runs in every interpreter of the environment: settings capture would refuse, and Agent
+    # Lightning's variable, must not stop a program that did not switch capture on, nor load capture.
+    env = {"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "16", "AGL_EVENT_URL": "http://127.0.0.1:1/v1/rollouts/r1/attempts/a1"}
+    if value is not None:
+        env[capture.ENV_CAPTURE] = value
+    probe = "import sys; print('the program ran', 'strands_tito.capture' in sys.modules)"
+    done = run(env, "-c", probe)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["the", "program", "ran", "False"]
 
 
 FIRST_TRACER = (

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from strands_tito.chat_templates import TemplateFetchError, real_templates_dir
+from strands_tito.testing.chat_templates import TemplateFetchError, real_templates_dir
 
 FAMILY_TEMPLATES = [
     "Qwen-Qwen3-0.6B",

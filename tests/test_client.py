@@ -19,8 +19,8 @@ from strands_tito import (
     get_client,
     get_client_from_slime_args,
 )
-from strands_tito.engine import Fault, LocalEngine, Reply, Script
 from strands_tito.providers.client import SGLangCancelledError, _CancelWatch, classify_http_error, until_cancelled
+from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script
 
 from .conftest import fast_client
 
@@ -70,7 +70,7 @@ async def test_context_length_400_is_typed_and_not_retried(start_engine) -> None
 async def test_down_server_is_retried_then_reached() -> None:
     port = free_port()
     client = SGLangClient(f"http://127.0.0.1:{port}", max_retries=20, backoff_base=0.05, backoff_max=0.1)
-    from strands_tito.tokenizers import load_tiny_tokenizer
+    from strands_tito.testing.tokenizers import load_tiny_tokenizer
 
     engine = LocalEngine(load_tiny_tokenizer(), scripts=[Script(turns=[Reply(text="ok")])], port=port)
     # The server comes up only after the first attempts have failed to connect.

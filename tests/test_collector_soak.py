@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from strands_tito.capture.spool import Spool, encode_request, spool_key
-from strands_tito.engine import LocalEngine, Reply, Script
+from strands_tito.testing.engine import LocalEngine, Reply, Script
 
 from .conftest import generate_records
 from .otlp_helpers import all_spans, make_request, random_trajectory, turn_spans

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from strands_tito.demo import main, run_demo
-from strands_tito.providers.families import family_tokenizer
+from strands_tito.testing.demo import main, run_demo
+from strands_tito.testing.family_tokenizers import family_tokenizer
 
 
 def test_main_job_writes_an_exact_trajectory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,7 +27,7 @@ from strands_tito import (
     Trajectory,
     decode_routed_experts,
 )
-from strands_tito.engine import Fault, Reply, Script, routed_experts_for
+from strands_tito.testing.engine import Fault, Reply, Script, routed_experts_for
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
 from .tools import calculator

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito.engine import (
+from strands_tito.testing.engine import (
     EngineRecord,
     Fault,
     LocalEngine,
@@ -34,9 +34,9 @@ from strands_tito.engine import (
     routed_experts_for,
     token_logprob,
 )
-from strands_tito.engine.protocol import SAMPLING_PARAM_KEYS
-from strands_tito.engine.script import step_from_dict
-from strands_tito.tokenizers import load_tiny_tokenizer
+from strands_tito.testing.engine.protocol import SAMPLING_PARAM_KEYS
+from strands_tito.testing.engine.script import step_from_dict
+from strands_tito.testing.tokenizers import load_tiny_tokenizer
 
 QWEN_EOS = 151645
 META_KEYS = [
@@ -946,7 +946,7 @@ def test_cli_subprocess(tmp_path: Path) -> None:
     script.write_text(json.dumps({"scripts": [{"match": None, "turns": [{"text": "from the cli"}]}]}))
     record = tmp_path / "records.jsonl"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    command = [sys.executable, "-m", "strands_tito.engine", "--port", "0", "--tokenizer", "tiny"]
+    command = [sys.executable, "-m", "strands_tito.testing.engine", "--port", "0", "--tokenizer", "tiny"]
     command += ["--script", str(script), "--record", str(record), "--context-length", "2048"]
     process = subprocess.Popen(
         command,

@@ -1,8 +1,8 @@
 """The local engine's own layering: endpoints use the core's public API, the server wires them, nothing loops back.
 
 ``tests/test_architecture.py`` checks private names, sizes and load-time cycles for the whole product; inside
-``strands_tito.engine`` the rules are stricter: there is no import cycle even through function-level imports, and no
-endpoint module imports the server.
+``strands_tito.testing.engine`` the rules are stricter: there is no import cycle even through function-level imports,
+and no endpoint module imports the server.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from .test_architecture import MODULES, find_cycles, runtime_imports
 
-ENGINE = "strands_tito.engine"
+ENGINE = "strands_tito.testing.engine"
 ENGINE_MODULES = {name: path for name, path in MODULES.items() if name == ENGINE or name.startswith(ENGINE + ".")}
 #: The modules that wire things together; everything else must not import them.
 WIRING = {f"{ENGINE}.server", f"{ENGINE}.cli", f"{ENGINE}.__main__", ENGINE}

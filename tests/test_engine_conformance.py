@@ -27,7 +27,7 @@ from strands_tito import (
 )
 from strands_tito.assembly import TrajectoryAssembler
 from strands_tito.checks import WeightVersionSpan
-from strands_tito.engine import Fault, LocalEngine, Reply, Script, Speculative
+from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script, Speculative
 
 from .conftest import make_agent, make_model
 

@@ -8,10 +8,10 @@ from typing import Any
 import httpx
 import pytest
 
-from strands_tito.engine import Fault, LocalEngine, Reply, Script
-from strands_tito.engine.cli import build_parser
-from strands_tito.engine.openai_chat import SGLANG_STREAM_TOKEN_IDS_MESSAGE, parse_chat_request
-from strands_tito.engine.protocol import token_logprob
+from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script
+from strands_tito.testing.engine.cli import build_parser
+from strands_tito.testing.engine.openai_chat import SGLANG_STREAM_TOKEN_IDS_MESSAGE, parse_chat_request
+from strands_tito.testing.engine.protocol import token_logprob
 
 from .test_sglang_model import IM_END, hermes_call
 
@@ -281,6 +281,6 @@ def test_parse_and_cli_options() -> None:
 
 
 def _tiny() -> Any:
-    from strands_tito.tokenizers import load_tiny_tokenizer
+    from strands_tito.testing.tokenizers import load_tiny_tokenizer
 
     return load_tiny_tokenizer()

@@ -17,7 +17,7 @@ def public_exceptions() -> dict[str, type[BaseException]]:
     """Every public exception class defined in the product (the local engine, a test/dev server, keeps its own)."""
     found: dict[str, type[BaseException]] = {}
     for info in pkgutil.walk_packages(strands_tito.__path__, "strands_tito."):
-        if info.name.startswith("strands_tito.engine"):
+        if info.name.startswith("strands_tito.testing.engine"):
             continue
         try:
             module = importlib.import_module(info.name)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import transformers
 
-from strands_tito.engine import Reply, Script, routed_experts_for
+from strands_tito.testing.engine import Reply, Script, routed_experts_for
 
 from .conftest import generate_records
 

@@ -3,8 +3,8 @@
 The reference template is the model's Hugging Face original where one was found, else llama.cpp's copy
 (``tests/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen families run on their real
 vocabularies (Qwen3's, Qwen3.5's); every other family runs on a stand-in tokenizer, the real Qwen3 vocabulary plus
-the family's special tokens as single tokens (:func:`strands_tito.providers.families.family_tokenizer`), because its
-real vocabulary is not wired in yet (Llama-3, gpt-oss and DeepSeek ship theirs on PyPI; GLM, Kimi, MiniMax do
+the family's special tokens as single tokens (:func:`strands_tito.testing.family_tokenizers.family_tokenizer`), because
+its real vocabulary is not wired in yet (Llama-3, gpt-oss and DeepSeek ship theirs on PyPI; GLM, Kimi, MiniMax do
 not). The template logic and the special-token boundaries are the family's; only the ids of ordinary text differ.
 
 The engine's replies are the family's canonical output, cut from the real template's own rendering of the structured
@@ -26,11 +26,12 @@ from jinja2.exceptions import SecurityError
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import get_tool_parser
-from strands_tito.engine import Reply, Script
-from strands_tito.providers.families import FAMILIES, Family, family_tokenizer
+from strands_tito.providers.families import FAMILIES, Family
 from strands_tito.providers.prompt import PromptEncoder, format_tool_specs, tools_system_text
 from strands_tito.providers.rendering import render_chat_template, render_mutable
 from strands_tito.providers.tool_parsers import TOOL_PARSERS
+from strands_tito.testing.engine import Reply, Script
+from strands_tito.testing.family_tokenizers import family_tokenizer
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
 from .templates import json_text_arguments, reference_tokenizer, thinking_switch

@@ -1,9 +1,9 @@
 """Images token-in/token-out: Qwen3.5's real template, a real Strands tool returning an image, the local engine over
 HTTP, span capture and the exporters.
 
-The stand-in Qwen3.5 tokenizer (:func:`strands_tito.providers.families.family_tokenizer`) has the real template and the
-real Qwen vision tokens (``<|vision_start|><|image_pad|><|vision_end|>``); the engine accepts ``image_data`` when
-started with ``image_understanding=True`` and records what it received.
+The stand-in Qwen3.5 tokenizer (:func:`strands_tito.testing.family_tokenizers.family_tokenizer`) has the real template
+and the real Qwen vision tokens (``<|vision_start|><|image_pad|><|vision_end|>``); the engine accepts ``image_data``
+when started with ``image_understanding=True`` and records what it received.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito import ImagesNotSupportedError, PromptError, VLLMModel
 from strands_tito import spans as schema
-from strands_tito.engine import Reply, Script
-from strands_tito.providers.families import family_tokenizer
 from strands_tito.providers.sglang import _parse_reply
 from strands_tito.span_images import encode_images
+from strands_tito.testing.engine import Reply, Script
+from strands_tito.testing.family_tokenizers import family_tokenizer
 from strands_tito.trajectory import Trajectory, TrajectoryError
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model

@@ -26,8 +26,8 @@ from strands.multiagent import Swarm
 from strands_tito import spans
 from strands_tito.capture import recorder as capture
 from strands_tito.collector import Collector
-from strands_tito.engine import LocalEngine, Reply, Script
 from strands_tito.otlp import iter_spans, parse_request
+from strands_tito.testing.engine import LocalEngine, Reply, Script
 from strands_tito.trajectory import Trajectory
 
 from .conftest import make_model

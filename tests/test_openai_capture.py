@@ -33,8 +33,8 @@ from strands_tito.capture.openai import (
     trajectory_id_of,
     uninstrument_openai_model,
 )
-from strands_tito.engine import EngineRecord, LocalEngine, Reply, Script
 from strands_tito.settings import reset_settings
+from strands_tito.testing.engine import EngineRecord, LocalEngine, Reply, Script
 
 from .conftest import make_agent
 from .test_capture import assemble, from_memory

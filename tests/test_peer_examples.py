@@ -1,8 +1,8 @@
 """strands-sglang 0.6.2's own examples run unchanged on strands-tito against the local engine.
 
 The examples come from the strands-sglang 0.6.2 sdist on PyPI (downloaded once with pip and cached under
-:func:`strands_tito.tokenizers.default_cache_root`; nothing of it is committed). Each is copied to a temporary folder
-with one change, the import module ``strands_sglang`` -> ``strands_tito``, and run as ``__main__``.
+:func:`strands_tito.testing.tokenizers.default_cache_root`; nothing of it is committed). Each is copied to a temporary
+folder with one change, the import module ``strands_sglang`` -> ``strands_tito``, and run as ``__main__``.
 
 What is substituted, and how (the examples' code is not touched):
 
@@ -31,9 +31,9 @@ from typing import Any
 import pytest
 
 import strands_tito
-from strands_tito.engine import LocalEngine, Reply, Script
-from strands_tito.sdist import SdistFetchError, cached_sdist_folder
-from strands_tito.tokenizers import default_cache_root
+from strands_tito.testing.engine import LocalEngine, Reply, Script
+from strands_tito.testing.sdist import SdistFetchError, cached_sdist_folder
+from strands_tito.testing.tokenizers import default_cache_root
 
 from .conftest import assert_matches_engine, generate_records
 

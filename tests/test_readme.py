@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from strands_tito.engine import ScriptFile
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.testing.engine import ScriptFile
+from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

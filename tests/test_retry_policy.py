@@ -23,7 +23,7 @@ from strands_tito import (
     SGLangClient,
     SGLangModel,
 )
-from strands_tito.engine import Fault, LocalEngine, Reply, Script
+from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
 from .tools import calculator

@@ -23,9 +23,9 @@ from strands.types.exceptions import EventLoopException
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import HistoryRewrittenError, SGLangModel
-from strands_tito.engine import EngineRecord, LocalEngine, Reply, Script
-from strands_tito.providers.families import family_tokenizer
 from strands_tito.providers.prompt import format_messages, format_tool_specs
+from strands_tito.testing.engine import EngineRecord, LocalEngine, Reply, Script
+from strands_tito.testing.family_tokenizers import family_tokenizer
 from strands_tito.trajectory import Trajectory
 
 from .conftest import assert_matches_engine, generate_records, make_model

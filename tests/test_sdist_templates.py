@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from tokenizers import AddedToken
 
-from strands_tito.chat_templates import real_templates_dir
 from strands_tito.providers.prompt import PromptEncoder, PromptError
 from strands_tito.providers.tool_parsers import ToolParserDetectionError, get_tool_parser
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.testing.chat_templates import real_templates_dir
+from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
 TEMPLATES = sorted(p.stem for p in real_templates_dir().glob("*.jinja"))
 SPECIAL = re.compile(

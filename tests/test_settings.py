@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from strands_tito import settings as settings_module
-from strands_tito.engine import Reply, Script
 from strands_tito.settings import CaptureConfigError, Settings, get_settings, reload_settings, variable
+from strands_tito.testing.engine import Reply, Script
 
 from .conftest import make_agent, make_model
 from .tools import calculator

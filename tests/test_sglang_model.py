@@ -30,8 +30,8 @@ from strands_tito import (
     ToolLimiter,
     get_tool_parser,
 )
-from strands_tito.engine import Fault, Reply, Script, routed_experts_for
 from strands_tito.replay import top_p_rows
+from strands_tito.testing.engine import Fault, Reply, Script, routed_experts_for
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
 from .tools import calculator

@@ -18,8 +18,8 @@ import numpy as np
 from strands import Agent, tool
 
 from strands_tito.capture import recorder as capture
-from strands_tito.engine import LocalEngine, Reply, Script, routed_experts_for
 from strands_tito.providers.slime import fill_sample, samples_for_agents
+from strands_tito.testing.engine import LocalEngine, Reply, Script, routed_experts_for
 from strands_tito.trajectory import Trajectory
 
 from .conftest import generate_records, make_agent, make_model

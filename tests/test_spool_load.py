@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from strands_tito.engine import LocalEngine, Reply, Script
+from strands_tito.testing.engine import LocalEngine, Reply, Script
 
 from .conftest import generate_records
 from .test_sglang_model import hermes_call

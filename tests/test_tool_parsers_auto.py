@@ -12,7 +12,6 @@ import pytest
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import SGLangModel
-from strands_tito.engine import Reply, Script
 from strands_tito.providers.tool_parsers import (
     TOOL_PARSERS,
     GLMToolParser,
@@ -23,6 +22,7 @@ from strands_tito.providers.tool_parsers import (
     get_tool_parser,
     warn_foreign_markup,
 )
+from strands_tito.testing.engine import Reply, Script
 
 from .conftest import make_agent, make_model
 from .test_tool_parsers_strict import (

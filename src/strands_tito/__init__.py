@@ -10,8 +10,9 @@ The pipeline, bottom layer first (each layer imports only the ones above it in t
   parser base class, the one place for strands-sglang compatibility;
 - ``collector/`` (``strands-tito collect``) and ``exporters/`` (JSONL, Parquet, Agent Lightning): below the agent
   side, they load no Strands, transformers or providers;
-- ``engine/``: the local test/dev engine (a scripted SGLang/vLLM stand-in), ``tokenizers`` / ``chat_templates``
-  (offline vocabularies and real chat templates), ``demo``, ``viewer`` (``strands-tito inspect``).
+- ``viewer`` (``strands-tito inspect``);
+- ``testing/``: the test harness, imported by no module above (the local engine, offline vocabularies, real chat
+  templates, ``strands-tito demo``).
 
 The names below are loaded on first use (PEP 562), so ``import strands_tito.collector`` or ``strands_tito.exporters``
 (which sit below the agent side) does not pull in Strands, transformers or the providers, while

@@ -1,19 +1,30 @@
-"""The ``strands-tito`` command."""
+"""The ``strands-tito`` command.
+
+``demo`` and ``engine`` belong to the testing package (:mod:`strands_tito.testing`), which no product module imports
+(tests/test_architecture.py). It registers them in the ``strands_tito.commands`` entry-point group (pyproject.toml),
+so this dispatcher finds them by name, the standard plugin mechanism, and never imports the harness itself.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+
+#: Entry-point group of the sub-commands other packages contribute (the testing package's ``demo`` and ``engine``).
+COMMANDS_GROUP = "strands_tito.commands"
 
 USAGE = """usage: strands-tito COMMAND [ARGS]
 
 commands:
-  demo      run an example agent with a tool against the local engine and print the captured trajectory
-            (strands-tito demo --help; --chat-template FAMILY runs it on a model family's real template)
-  engine    run the local test/dev engine, a scripted SGLang/vLLM stand-in (strands-tito engine --help)
   collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
   inspect   show trajectories from a JSONL or Parquet file (strands-tito inspect --help)
   view      serve the trajectory viewer for a JSONL or Parquet file on 127.0.0.1 (strands-tito view --help)
   spool     list the spans agents could not deliver yet, or resend them to a collector (strands-tito spool --help)
+
+test/dev commands (strands_tito.testing, the testing extra):
+  demo      run an example agent with a tool against the local engine and print the captured trajectory
+            (strands-tito demo --help; --chat-template FAMILY runs it on a model family's real template)
+  engine    run the local test/dev engine, a scripted SGLang/vLLM stand-in (strands-tito engine --help)
 
   --version print the installed version
 """
@@ -37,10 +48,6 @@ def _dispatch(args: list[str]) -> int:
 
         print(f"strands-tito {version('strands-tito')}")
         return 0
-    if command == "demo":
-        from strands_tito.demo import main as demo_main
-
-        return demo_main(rest)
     if command == "inspect":
         from strands_tito.viewer import inspect_main
 
@@ -57,12 +64,20 @@ def _dispatch(args: list[str]) -> int:
         from strands_tito.capture.spool_command import spool_main
 
         return spool_main(rest)
-    if command == "engine":
-        from strands_tito.engine.cli import engine_main
-
-        return engine_main(rest)
+    if command and (plugin := _registered_command(command)) is not None:
+        return plugin(rest)
     print(USAGE, file=sys.stderr if command not in ("-h", "--help") else sys.stdout)
     return 0 if command in ("-h", "--help") else 2
+
+
+def _registered_command(name: str) -> Callable[[list[str]], int] | None:
+    """The ``strands_tito.commands`` entry point called ``name`` (a function of the argument list), if installed."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=COMMANDS_GROUP, name=name):
+        command: Callable[[list[str]], int] = entry.load()
+        return command
+    return None
 
 
 if __name__ == "__main__":

@@ -40,8 +40,8 @@ for SGLang and vLLM alike)::
     ├── PromptError (prompt), also ValueError        the messages cannot be rendered to tokens
     ├── ToolParserDetectionError (tool_parsers.detect), also ValueError   no tool parser fits the tokenizer
     ├── UnknownToolParserError (tool_parsers), also KeyError and ValueError   no parser has that name
-    ├── TemplateFetchError (chat_templates), also RuntimeError   a chat template could not be fetched
-    ├── SdistFetchError (sdist), also RuntimeError            an sdist could not be fetched from PyPI
+    ├── TemplateFetchError (testing.chat_templates), also RuntimeError   a chat template could not be fetched
+    ├── SdistFetchError (testing.sdist), also RuntimeError      an sdist could not be fetched from PyPI
     ├── TrajectoryError (trajectory), also ValueError   a turn or record breaks the trajectory's invariants
     ├── ReplayDataError (replay), also ValueError   routing or top-p data missing a part or inconsistent with its turn
     ├── SpanSchemaError (spans), also ValueError     a span does not follow the span schema
@@ -50,6 +50,7 @@ for SGLang and vLLM alike)::
     ├── OTLPDecodeError (otlp), also ValueError
     ├── CaptureConfigError (capture), also RuntimeError
     ├── RewardTargetError (capture), also ValueError   record_reward not told whose reward, and not one agent open
+    ├── UpstreamChangedError (upstream), also RuntimeError   Strands, the OTel SDK or transformers moved a name we use
     ├── SpoolError (spool), also OSError
     ├── LoopLimitReachedError = ToolLimitReachedError (limiter), also strands' EventLoopException
     │   ├── MaxToolIterationsReachedError
@@ -64,8 +65,8 @@ for SGLang and vLLM alike)::
     └── AgentLightningError (exporters.agentlightning), also RuntimeError
         └── AgentLightningAuthError
 
-The local engine (``strands_tito.engine``, a test/dev server) keeps its own protocol errors; they never reach a user
-of the providers.
+The local engine (``strands_tito.testing.engine``, a test/dev server) keeps its own protocol errors; they never reach
+a user of the providers.
 """
 
 from __future__ import annotations

@@ -16,6 +16,29 @@ from strands_tito.errors import MissingDependencyError
 from strands_tito.records import record_from_row
 
 GREEN, DIM, RED, RESET = "\033[32m", "\033[2m", "\033[31m", "\033[0m"
+#: Entry-point group of tokenizers known by a short name (the testing package's offline ``qwen3`` and ``tiny``),
+#: found by name so the product never imports the testing package (tests/test_architecture.py).
+TOKENIZERS_GROUP = "strands_tito.tokenizers"
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """A tokenizer by registered short name (``qwen3``, ``tiny``) or from a local directory, never from the hub.
+
+    Raises:
+        ValueError: ``name_or_path`` is neither a registered name nor a loadable local tokenizer.
+    """
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=TOKENIZERS_GROUP, name=name_or_path):
+        return entry.load()()
+    from transformers import AutoTokenizer
+
+    path = Path(name_or_path).expanduser()
+    try:
+        return AutoTokenizer.from_pretrained(str(path) if path.is_dir() else name_or_path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        names = sorted(e.name for e in entry_points(group=TOKENIZERS_GROUP))
+        raise ValueError(f"Cannot load tokenizer {name_or_path!r}: expected one of {names} or a local path") from exc
 
 
 class Decoder:
@@ -134,8 +157,6 @@ def inspect_main(argv: list[str]) -> int:
     records = [r for r in read_records(a.file) if a.id is None or r.get("trajectory_id") == a.id]
     tokenizer = None
     if a.tokenizer:
-        from strands_tito.tokenizers import load_tokenizer
-
         tokenizer = load_tokenizer(a.tokenizer)
     decode = Decoder(tokenizer)
     color = sys.stdout.isatty() and not a.no_color
@@ -163,8 +184,6 @@ def view_main(argv: list[str]) -> int:
 
     tokenizer = None
     if a.tokenizer:
-        from strands_tito.tokenizers import load_tokenizer
-
         tokenizer = load_tokenizer(a.tokenizer)
     server = serve(a.file, Decoder(tokenizer), a.host, a.port)
     print(f"strands-tito view: http://{a.host}:{server.server_port}/ (Ctrl-C stops)", flush=True)

@@ -41,10 +41,16 @@ def _address(value: str, option: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+class _Parser(argparse.ArgumentParser):
+    def options(self) -> list[argparse.Action]:
+        """The options as declared, ``--help`` aside (argparse has no public list; ``_actions`` is stable since 2.7)."""
+        return [a for a in self._actions if a.option_strings and a.dest != "help"]
+
+
 # long: a declaration list, one statement per option
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> _Parser:
     """The ``strands-tito collect`` options (a declaration list; :func:`parse_args` checks how they combine)."""
-    p = argparse.ArgumentParser(prog="strands-tito collect", description="Receive OTLP spans, write trajectories.")
+    p = _Parser(prog="strands-tito collect", description="Receive OTLP spans, write trajectories.")
     p.add_argument("--http", default="127.0.0.1:4318", help="OTLP/HTTP address (default 127.0.0.1:4318; port 0 = any)")
     p.add_argument("--grpc", default="127.0.0.1:4317", help="OTLP/gRPC address (default 127.0.0.1:4317; 'off' = none)")
     p.add_argument("--store", type=Path, default=Path(".strands-tito/collector"), help="store directory (SQLite, WAL)")
@@ -110,9 +116,7 @@ def options_table() -> str:
     table in ``docs/settings.md`` (a test keeps the two equal)."""
     fallbacks = {f.option: f"`{f.variable}`" for f in ENVIRONMENT_FALLBACKS}
     rows = ["| option | environment | default | meaning |", "|---|---|---|---|"]
-    for action in _parser()._actions:
-        if not action.option_strings or action.dest == "help":
-            continue
+    for action in _parser().options():
         option = max(action.option_strings, key=len)
         default = "" if action.default in (None, False) else f"`{action.default}`"
         meaning = (action.help or "").replace("|", "\\|")

@@ -16,6 +16,8 @@ import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from strands_tito.upstream.opentelemetry_sdk import BATCH_EXPORT_LOGGER
+
 __all__ = ["endpoint_answers", "endpoint_unreachable", "report_unreachable_endpoint", "watch_endpoint"]
 
 #: Loggers of the OTLP exporters whose per-retry warnings repeat what the one line already said.
@@ -23,7 +25,7 @@ _EXPORTER_LOGGERS = (
     "opentelemetry.exporter.otlp.common.http",
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
     "opentelemetry.exporter.otlp.proto.grpc.exporter",
-    "opentelemetry.sdk._shared_internal",
+    BATCH_EXPORT_LOGGER,
 )
 _CONNECT_TIMEOUT = 3.0
 

@@ -58,6 +58,7 @@ from strands_tito.capture import recorder as capture
 from strands_tito.checks import FLOAT32_OVERFLOW
 from strands_tito.settings import get_settings, variable
 from strands_tito.trajectory import pack_int32
+from strands_tito.upstream import UpstreamChangedError, strands_sdk
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +84,6 @@ _CHUNK_FINISH_REASONS: Final[frozenset[str]] = frozenset(
 )
 
 _lock = threading.Lock()
-_originals: dict[str, Any] = {}
 _current: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("strands_tito_openai_call", default=None)
 _default_states: weakref.WeakKeyDictionary[Any, _CallState] = weakref.WeakKeyDictionary()
 #: Base URLs that answered SGLang's 400 to streamed token ids (``auto`` flavour).
@@ -491,46 +491,28 @@ def instrument_openai_model() -> bool:
     """Wrap ``strands.models.openai.OpenAIModel`` so calls record their token ids while capture is on.
 
     Idempotent and cheap; call it wherever capture is switched on. Returns False (and changes nothing) when Strands'
-    OpenAI provider cannot be imported (the ``openai`` package is missing).
+    OpenAI provider cannot be imported (the ``openai`` package is missing) or no longer has what capture wraps.
     """
     try:
-        from strands.models.openai import OpenAIModel
-    except ImportError:
+        return strands_sdk.wrap_openai_model(_wrap_stream, _wrap_get_client)
+    except UpstreamChangedError as error:
+        logger.warning("stock OpenAIModel calls will not be recorded: %s", error)
         return False
-    with _lock:
-        if _originals:
-            return True
-        stream, get_client = OpenAIModel.__dict__.get("stream"), OpenAIModel.__dict__.get("_get_client")
-        if stream is None or get_client is None:
-            logger.warning("OpenAIModel has no stream/_get_client to wrap; stock OpenAI calls will not be recorded")
-            return False
-        _originals["stream"], _originals["_get_client"] = stream, get_client
-        OpenAIModel.stream = _wrap_stream(stream)  # type: ignore[method-assign]
-        OpenAIModel._get_client = _wrap_get_client(get_client)  # type: ignore[method-assign]
-    return True
 
 
 def uninstrument_openai_model() -> None:
     """Undo :func:`instrument_openai_model`."""
-    try:
-        from strands.models.openai import OpenAIModel
-    except ImportError:
-        return
-    with _lock:
-        if not _originals:
-            return
-        OpenAIModel.stream = _originals.pop("stream")  # type: ignore[method-assign]
-        OpenAIModel._get_client = _originals.pop("_get_client")  # type: ignore[method-assign]
+    strands_sdk.unwrap_openai_model()
 
 
 def is_openai_model_instrumented() -> bool:
     """Whether :func:`instrument_openai_model` is in effect."""
-    return bool(_originals)
+    return strands_sdk.openai_model_wrapped()
 
 
 def call_log_of(agent: Any) -> CallLog | None:
     """The :class:`CallLog` of an agent using a stock ``OpenAIModel`` (None before its first recorded call)."""
-    state = (getattr(agent, "_model_state", None) or {}).get(STATE_KEY)
+    state = (strands_sdk.model_state(agent) or {}).get(STATE_KEY)
     return state.log if isinstance(state, _CallState) else None
 
 
@@ -542,7 +524,6 @@ def trajectory_id_of(agent: Any) -> str | None:
 
 def end_trajectory_of(agent: Any, reason: str = "reset") -> None:
     """End an agent's call trajectory now (emit its end signal); its next call starts a new trajectory."""
-    model_state = getattr(agent, "_model_state", None)
-    state = model_state.pop(STATE_KEY, None) if isinstance(model_state, dict) else None
+    state = (strands_sdk.model_state(agent) or {}).pop(STATE_KEY, None)
     if isinstance(state, _CallState):
         capture.end_trajectory(state.log, reason)

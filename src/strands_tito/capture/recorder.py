@@ -42,6 +42,7 @@ from strands_tito.settings import get_settings, variable
 from strands_tito.span_images import encode_images
 from strands_tito.span_lineage import Lineage, lineage_attributes
 from strands_tito.trajectory import Trajectory, Turn
+from strands_tito.upstream import opentelemetry_sdk, strands_sdk
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,8 @@ _dropped: dict[str, tuple[int, list[int]]] = {}
 _active: dict[str, tuple[Trajectory | CallSequence, int]] = {}
 _lineages: dict[str, Lineage] = {}  # open trajectories' episode, parent and agent, fixed at their first span
 _exit_hook_registered = False
+#: The processors capture added to each tracer provider (kept here: nothing is written onto the SDK's objects).
+_attached: weakref.WeakKeyDictionary[TracerProvider, list[SpanProcessor]] = weakref.WeakKeyDictionary()
 _exit_lock = threading.Lock()
 
 
@@ -293,7 +296,7 @@ def _put_on_span(
             if agent is not None:
                 agent.lineage = lineage
     attributes.update(lineage_attributes(lineage, identity.get(AGL_ROLLOUT_ID) or tid))
-    limits = getattr(span, "_limits", None)
+    limits = opentelemetry_sdk.limits_of_span(span)
     check_span_limits(limits)
     existing = len(getattr(span, "attributes", None) or {})
     limit = getattr(limits, "max_span_attributes", None)
@@ -400,8 +403,8 @@ class AgentState(dict[str, Any]):
 
 def state_of(agent: Any) -> AgentState | None:
     """The capture state a strands-tito model keeps for ``agent`` (None before the agent's first model call)."""
-    model_state = getattr(agent, "_model_state", None)
-    found = [v for v in model_state.values() if isinstance(v, AgentState)] if isinstance(model_state, dict) else []
+    model_state = strands_sdk.model_state(agent) or {}
+    found = [v for v in model_state.values() if isinstance(v, AgentState)]
     return found[0] if found else None
 
 
@@ -504,7 +507,7 @@ def shutdown_capture(timeout: float | None = None) -> None:
     # strands-tito's own processors first, so that a slow processor of the application's cannot use up the time
     # (the SDK stops flushing at the first processor that fails). The OTLP spool waits for the acknowledgement and,
     # past the deadline, keeps what is left on disk for the next process.
-    for processor in list(getattr(provider, "_strands_tito_processors", [])):
+    for processor in list(_attached.get(provider, ()) if isinstance(provider, TracerProvider) else ()):
         left = deadline - time.monotonic()
         if (left <= 0 or not processor.force_flush(int(left * 1000))) and not quiet:
             logger.warning("timeout=<%s> | strands-tito spans still undelivered at exit stay in the spool", limit)
@@ -582,11 +585,8 @@ class TrajectorySpanProcessor(SpanProcessor):
 
 def add_processors(provider: TracerProvider, processors: Sequence[SpanProcessor]) -> None:
     """Attach processors to a provider once, after checking its limits."""
-    check_span_limits(getattr(provider, "_span_limits", None))
-    attached = getattr(provider, "_strands_tito_processors", None)
-    if attached is None:
-        attached = []
-        provider._strands_tito_processors = attached  # type: ignore[attr-defined]
+    check_span_limits(opentelemetry_sdk.limits_of_provider(provider))
+    attached = _attached.setdefault(provider, [])
     for processor in processors:
         if processor not in attached:
             provider.add_span_processor(processor)

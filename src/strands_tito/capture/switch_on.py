@@ -54,6 +54,7 @@ from strands_tito.capture.recorder import (
 )
 from strands_tito.capture.sampler import capture_sampler
 from strands_tito.settings import ON_VALUES, Settings, capture_off, get_settings, reload_settings, variable
+from strands_tito.upstream import UpstreamChangedError, strands_sdk
 
 logger = logging.getLogger(__name__)
 
@@ -150,8 +151,7 @@ def keep_content_off_spans(environ: dict[str, str] | None = None) -> bool:
     if _settings_of(environ).span_content or env.get(SEMCONV_OPT_IN, "").strip():
         return False
     env[SEMCONV_OPT_IN] = CONTENT_OFF
-    strands_tracer = sys.modules.get("strands.telemetry.tracer")
-    if environ is None and getattr(strands_tracer, "_tracer_instance", None) is not None:
+    if environ is None and strands_sdk.tracer_created():
         logger.warning(
             "Strands created its tracer before capture was switched on; its spans keep the conversation text "
             "(switch capture on before the first Agent, or set %s=%s yourself)",
@@ -303,19 +303,11 @@ class _Switch:
         with self.lock:
             if self.hooked:
                 return
-            from strands.telemetry import tracer as strands_tracer
-
-            original: Callable[..., None] = strands_tracer.Tracer.__init__
-
-            @functools.wraps(original)
-            def __init__(tracer_self: Any, *args: Any, **kwargs: Any) -> None:
-                self.ensure_provider()
-                original(tracer_self, *args, **kwargs)
-
-            strands_tracer.Tracer.__init__ = __init__  # type: ignore[method-assign,assignment]
             self.hooked = True
-            if getattr(strands_tracer, "_tracer_instance", None) is not None:  # Strands is already tracing
-                self.ensure_provider()
+            try:
+                strands_sdk.call_before_tracer_created(self.ensure_provider)
+            except UpstreamChangedError as error:
+                raise CaptureConfigError(f"capture cannot attach when Strands creates its tracer: {error}") from error
 
     def ensure_provider(self) -> None:
         """Attach to the global SDK provider, installing one first when there is none."""

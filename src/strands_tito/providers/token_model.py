@@ -73,6 +73,7 @@ from strands_tito.providers.tool_parsers import (
     warn_foreign_markup,
 )
 from strands_tito.trajectory import Trajectory, TrajectoryError
+from strands_tito.upstream import strands_sdk
 
 __all__ = [
     "STATE_KEY",
@@ -270,7 +271,7 @@ class TokenModel(Model):
         return state.samples if state is not None else []
 
     def _state_of(self, agent: Any) -> EpisodeState | None:
-        state = getattr(agent, "_model_state", {}).get(STATE_KEY)
+        state = (strands_sdk.model_state(agent) or {}).get(STATE_KEY)
         return state if isinstance(state, EpisodeState) and state.epoch == self._epoch else None
 
     def reset(self) -> None:

@@ -1,8 +1,8 @@
 """Choosing a parser from a tokenizer (``tool_parser="auto"``), and warning about another format's markup.
 
 Detection reads the tokenizer's chat template first: each format has marks that only its family's templates write
-(checked against the real templates of each family, ``strands_tito.chat_templates``). Auto never guesses: a template
-that writes tool calls in a format none of the parsers reads (DeepSeek-R1's, say, whose tokenizer shares
+(checked against the real templates of each family, ``strands_tito.testing.chat_templates``). Auto never guesses: a
+template that writes tool calls in a format none of the parsers reads (DeepSeek-R1's, say, whose tokenizer shares
 DeepSeek-V3.1's special tokens) is refused, and the error shows how it writes a call. Only when the template writes
 no tool calls at all (no template, or one without tool support) do the tokenizer's added special tokens decide. When
 neither names exactly one parser, :class:`ToolParserDetectionError` lists the parsers so the caller can pick one.

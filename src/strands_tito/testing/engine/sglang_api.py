@@ -1,9 +1,9 @@
 """SGLang's native ``POST /generate`` on the local engine (SGLang 0.5.23's validation, bodies, SSE and faults).
 
-Parsing and the exact error texts live in :mod:`~strands_tito.engine.protocol`, the body shapes in
-:mod:`~strands_tito.engine.outputs`; this module runs a request through the
-:class:`~strands_tito.engine.core.EngineCore` and turns the scripted step into the answer (a reply, an HTTP fault, a
-context overflow, an abort or a malformed body).
+Parsing and the exact error texts live in :mod:`~strands_tito.testing.engine.protocol`, the body shapes in
+:mod:`~strands_tito.testing.engine.outputs`; this module runs a request through the
+:class:`~strands_tito.testing.engine.core.EngineCore` and turns the scripted step into the answer (a reply, an HTTP
+fault, a context overflow, an abort or a malformed body).
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import json
 import logging
 from typing import Any
 
-from strands_tito.engine.conversations import Conversation
-from strands_tito.engine.core import EngineCore, weight_version_spans
-from strands_tito.engine.images import check_image_data
-from strands_tito.engine.outputs import Outcome
-from strands_tito.engine.protocol import (
+from strands_tito.testing.engine.conversations import Conversation
+from strands_tito.testing.engine.core import EngineCore, weight_version_spans
+from strands_tito.testing.engine.images import check_image_data
+from strands_tito.testing.engine.outputs import Outcome
+from strands_tito.testing.engine.protocol import (
     DEFAULT_MAX_NEW_TOKENS,
     GenerateRequest,
     ProtocolError,
@@ -34,7 +34,7 @@ from strands_tito.engine.protocol import (
     value_error,
     verify_sampling_params,
 )
-from strands_tito.engine.records import (
+from strands_tito.testing.engine.records import (
     NO_SCRIPT_MESSAGE,
     NON_JSON_BODY,
     SSE_DONE,
@@ -44,8 +44,8 @@ from strands_tito.engine.records import (
     sse_stream,
     truncated_json,
 )
-from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Step
-from strands_tito.http_server import AnyResponse, Connection, RawResponse, Request, Response, json_response
+from strands_tito.testing.engine.script import DEFAULT_REPLY, Fault, Reply, Step
+from strands_tito.testing.http_server import AnyResponse, Connection, RawResponse, Request, Response, json_response
 
 __all__ = ["WAITING_ABORT", "GenerateEndpoint", "parse_generate_body"]
 
@@ -84,7 +84,7 @@ class _Call:
 
 
 class GenerateEndpoint:
-    """The ``/generate`` handler over one :class:`~strands_tito.engine.core.EngineCore`."""
+    """The ``/generate`` handler over one :class:`~strands_tito.testing.engine.core.EngineCore`."""
 
     def __init__(self, core: EngineCore) -> None:
         self.core = core

@@ -2,7 +2,7 @@
 
 :func:`parse_chat_request` validates a decoded body and flattens messages for the chat template as vLLM does;
 :func:`parse_reply` splits the scripted reply text into reasoning, content and hermes tool calls as the servers'
-parsers do. The endpoint itself is :mod:`strands_tito.engine.openai_chat`.
+parsers do. The endpoint itself is :mod:`strands_tito.testing.engine.openai_chat`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
-from strands_tito.engine.protocol import SamplingParams
 from strands_tito.providers.tool_parsers import HermesToolParser
+from strands_tito.testing.engine.protocol import SamplingParams
 
 __all__ = [
     "OPENAI_FLAVORS",

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from strands_tito.engine.script import Reply, Script, Step
+from strands_tito.testing.engine.script import Reply, Script, Step
 
 __all__ = ["Assignment", "Conversation", "ConversationTracker"]
 

@@ -2,7 +2,7 @@
 
 ``/health``, ``/health_generate``, ``/model_info``, ``/server_info``, ``/v1/models`` report the served model as
 SGLang 0.5.23 does; ``/flush_cache``, ``/abort_request``, ``/pause_generation`` and ``/continue_generation`` act on
-the :class:`~strands_tito.engine.core.EngineCore`'s requests in flight, prefix cache and paused switch.
+the :class:`~strands_tito.testing.engine.core.EngineCore`'s requests in flight, prefix cache and paused switch.
 """
 
 from __future__ import annotations
@@ -10,9 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from strands_tito.engine.core import EngineCore
-from strands_tito.engine.records import parse_body
-from strands_tito.http_server import AnyResponse, Connection, Request, empty_response, json_response, text_response
+from strands_tito.testing.engine.core import EngineCore
+from strands_tito.testing.engine.records import parse_body
+from strands_tito.testing.http_server import (
+    AnyResponse,
+    Connection,
+    Request,
+    empty_response,
+    json_response,
+    text_response,
+)
 
 __all__ = ["FLUSH_BUSY", "FLUSH_OK", "SGLANG_VERSION", "AdminEndpoints"]
 
@@ -96,7 +103,7 @@ class AdminEndpoints:
                 "enable_lora": False,
                 "dp_size": 1,
                 "tp_size": 1,
-                "launch_command": f"python -m strands_tito.engine --port {port}",
+                "launch_command": f"python -m strands_tito.testing.engine --port {port}",
                 "max_total_num_tokens": core.context_length * 16,
                 "max_req_input_len": core.max_req_input_len,
                 "kv_events": None,

@@ -4,11 +4,11 @@
 
 Needs an SGLang server at $SGLANG_URL (or the local stand-in: `strands-tito engine --port 30000`). Any of:
 
-    STRANDS_TITO_CAPTURE=1 OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 python -m strands_tito.demo_agent
-    STRANDS_TITO_CAPTURE=jsonl:trajectories.jsonl python -m strands_tito.demo_agent
+    STRANDS_TITO_CAPTURE=1 OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 python -m strands_tito.testing.demo_agent
+    STRANDS_TITO_CAPTURE=jsonl:trajectories.jsonl python -m strands_tito.testing.demo_agent
     OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_METRICS_EXPORTER=none \\
         OTEL_LOGS_EXPORTER=none OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 \\
-        opentelemetry-instrument python -m strands_tito.demo_agent
+        opentelemetry-instrument python -m strands_tito.testing.demo_agent
 
 `STRANDS_TITO_FAMILY=glm-4.6` (any name in strands_tito.providers.families.FAMILIES) runs it on that model family's real
 chat template, stand-in tokenizer and tool parser, e.g. against `strands-tito engine --chat-template glm-4.6`.
@@ -26,10 +26,11 @@ import os
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
 
-from strands_tito.providers.families import FAMILIES, family_tokenizer
+from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.sglang import SGLangModel
 from strands_tito.settings import get_settings
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.testing.family_tokenizers import family_tokenizer
+from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
 
 @tool

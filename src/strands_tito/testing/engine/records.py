@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from strands_tito.http_server import RawResponse, Response, StreamResponse
+from strands_tito.testing.http_server import RawResponse, Response, StreamResponse
 
 __all__ = [
     "DISCONNECTED_STATUS",

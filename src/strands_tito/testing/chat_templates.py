@@ -3,7 +3,7 @@
 llama.cpp keeps byte-exact copies of Hugging Face chat templates under ``models/templates/`` (one file per model, named
 after its Hub repository, e.g. ``Qwen-Qwen3-0.6B.jinja``), and the ``llama-cpp-python`` sdist on PyPI vendors that
 folder. :func:`real_templates_dir` downloads the sdist once with pip (about 77 MB, no build), keeps only the templates
-(under the cache root, see :func:`strands_tito.tokenizers.default_cache_root`) and returns the folder;
+(under the cache root, see :func:`strands_tito.testing.tokenizers.default_cache_root`) and returns the folder;
 :func:`real_chat_template` reads one template by file name. Nothing here touches the Hugging Face hub.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Final
 
 from strands_tito.errors import StrandsTitoError
-from strands_tito.sdist import SdistFetchError, cached_sdist_folder
-from strands_tito.tokenizers import default_cache_root
+from strands_tito.testing.sdist import SdistFetchError, cached_sdist_folder
+from strands_tito.testing.tokenizers import default_cache_root
 
 __all__ = ["LLAMA_CPP_PYTHON_VERSION", "TemplateFetchError", "real_chat_template", "real_templates_dir"]
 

@@ -326,7 +326,7 @@ class ScriptFile:
     def load(cls, path: str | os.PathLike[str]) -> ScriptFile:
         """Read a JSON script file, or a script shipped with the package by name (:data:`BUILTIN_SCRIPTS`)."""
         if str(path) in BUILTIN_SCRIPTS and not Path(path).exists():
-            path = Path(str(importlib.resources.files("strands_tito.engine") / "scripts" / f"{path}.json"))
+            path = Path(str(importlib.resources.files("strands_tito.testing.engine") / "scripts" / f"{path}.json"))
         with Path(path).open(encoding="utf-8") as handle:
             data = json.load(handle)
         if not isinstance(data, dict):

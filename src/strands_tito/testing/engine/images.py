@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from strands_tito.engine.protocol import ProtocolError, value_error
+from strands_tito.testing.engine.protocol import ProtocolError, value_error
 
 __all__ = ["DEFAULT_IMAGE_TOKEN", "check_image_data"]
 

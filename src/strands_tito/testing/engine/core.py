@@ -2,9 +2,9 @@
 
 :class:`EngineCore` owns the tokenizer and output builder, the conversation tracker (scripts, conversations, prefix
 cache), the records, the requests in flight with their abort flags, and the paused/running switch. The endpoint
-modules (:mod:`~strands_tito.engine.sglang_api`, :mod:`~strands_tito.engine.openai_chat`,
-:mod:`~strands_tito.engine.vllm_api`, :mod:`~strands_tito.engine.admin`) use only this API;
-:class:`~strands_tito.engine.server.LocalEngine` builds one core and wires the endpoints to it.
+modules (:mod:`~strands_tito.testing.engine.sglang_api`, :mod:`~strands_tito.testing.engine.openai_chat`,
+:mod:`~strands_tito.testing.engine.vllm_api`, :mod:`~strands_tito.testing.engine.admin`) use only this API;
+:class:`~strands_tito.testing.engine.server.LocalEngine` builds one core and wires the endpoints to it.
 
 A request's lifecycle is :meth:`EngineCore.schedule`: hold it while generation is paused, attribute it to a
 conversation and take the conversation's next scripted step, wait out a slow step, and notice an abort or a client
@@ -26,11 +26,11 @@ from typing import Any, Literal
 
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito.engine.conversations import Conversation, ConversationTracker
-from strands_tito.engine.outputs import OutputBuilder
-from strands_tito.engine.records import DISCONNECTED_STATUS, EngineRecord
-from strands_tito.engine.script import DEFAULT_REPLY, Fault, Reply, Script, Step
-from strands_tito.http_server import AnyResponse, Connection, RawResponse
+from strands_tito.testing.engine.conversations import Conversation, ConversationTracker
+from strands_tito.testing.engine.outputs import OutputBuilder
+from strands_tito.testing.engine.records import DISCONNECTED_STATUS, EngineRecord
+from strands_tito.testing.engine.script import DEFAULT_REPLY, Fault, Reply, Script, Step
+from strands_tito.testing.http_server import AnyResponse, Connection, RawResponse
 
 __all__ = ["EngineCore", "Speculative", "weight_version_spans"]
 
@@ -94,8 +94,8 @@ class EngineCore:
 
     Attributes:
         tokenizer, eos_token_ids, vocab_size: the model's tokenizer and stop ids.
-        outputs: the :class:`~strands_tito.engine.outputs.OutputBuilder` (stops, text, logprobs, bodies).
-        conversations: the :class:`~strands_tito.engine.conversations.ConversationTracker`.
+        outputs: the :class:`~strands_tito.testing.engine.outputs.OutputBuilder` (stops, text, logprobs, bodies).
+        conversations: the :class:`~strands_tito.testing.engine.conversations.ConversationTracker`.
         default: the reply for requests with no scripted step left (None: those get an error).
         context_length, max_req_len, max_req_input_len: SGLang's length limits.
         weight_version, speculative, reserved_tokens: the weights' version and the speculative-decoding settings.

@@ -1,7 +1,7 @@
 """The main job on the embedded default: the whole path on one machine.
 
-Local SGLang-protocol engine -> an ordinary agent (:mod:`strands_tito.demo_agent`, run unchanged), switched on by
-environment variables only -> OTLP -> the collector -> trajectories written to JSONL -> shown, and checked token for
+Local SGLang-protocol engine -> an ordinary agent (:mod:`strands_tito.testing.demo_agent`, run unchanged), switched on
+by environment variables only -> OTLP -> the collector -> trajectories written to JSONL -> shown, and checked token for
 token against what the engine received and produced.
 
 ``strands-tito demo --chat-template FAMILY`` runs the same path on a model family's real template and stand-in
@@ -26,14 +26,15 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.collector import Collector, CollectorConfig
-from strands_tito.engine import LocalEngine, Reply, Script
-from strands_tito.providers.families import FAMILIES, family, family_tokenizer, template_defaults
+from strands_tito.providers.families import FAMILIES, family, template_defaults
 from strands_tito.providers.rendering import render_chat_template
 from strands_tito.settings import variable
-from strands_tito.tokenizers import build_qwen3_tokenizer
+from strands_tito.testing.engine import LocalEngine, Reply, Script
+from strands_tito.testing.family_tokenizers import family_tokenizer
+from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 from strands_tito.viewer import Decoder, render_text
 
-AGENT = "strands_tito.demo_agent"
+AGENT = "strands_tito.testing.demo_agent"
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 25, "b": 17}}\n</tool_call>'
 DEMO_SCRIPT = Script(turns=[Reply(text=CALL), Reply(text="25 + 17 = 42.")])
 _QUESTION = "What is 25 + 17? Use the add tool."

@@ -5,7 +5,8 @@ It speaks SGLang's native HTTP protocol (``/generate`` plus the health/info/cach
 deterministic logprobs and routed-expert ids, and can inject the faults a real deployment produces (HTTP errors,
 context overflows, aborts, malformed bodies, slow replies). Every exchange is kept as an :class:`EngineRecord` so
 tests can compare exactly which tokens went in and came out. The state lives in
-:class:`~strands_tito.engine.core.EngineCore`; this module only owns the socket, the thread and the routing table.
+:class:`~strands_tito.testing.engine.core.EngineCore`; this module only owns the socket, the thread and the routing
+table.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito.engine.admin import AdminEndpoints
-from strands_tito.engine.core import EngineCore, Speculative
-from strands_tito.engine.images import DEFAULT_IMAGE_TOKEN
-from strands_tito.engine.openai_chat import ChatCompletions, OpenAIFlavor
-from strands_tito.engine.records import EngineRecord, parse_body, parse_response_body
-from strands_tito.engine.script import DEFAULT_REPLY, Reply, Script, ScriptFile
-from strands_tito.engine.sglang_api import GenerateEndpoint
-from strands_tito.engine.vllm_api import VLLMEndpoints
-from strands_tito.http_server import (
+from strands_tito.testing.engine.admin import AdminEndpoints
+from strands_tito.testing.engine.core import EngineCore, Speculative
+from strands_tito.testing.engine.images import DEFAULT_IMAGE_TOKEN
+from strands_tito.testing.engine.openai_chat import ChatCompletions, OpenAIFlavor
+from strands_tito.testing.engine.records import EngineRecord, parse_body, parse_response_body
+from strands_tito.testing.engine.script import DEFAULT_REPLY, Reply, Script, ScriptFile
+from strands_tito.testing.engine.sglang_api import GenerateEndpoint
+from strands_tito.testing.engine.vllm_api import VLLMEndpoints
+from strands_tito.testing.http_server import (
     DEFAULT_MAX_BODY,
     AnyResponse,
     Connection,
@@ -63,7 +64,8 @@ class LocalEngine:
         record_path: append every record as a JSON line to this file.
         max_body: largest accepted request body (bigger ones get 413).
         openai_flavor: which server ``/v1/chat/completions`` imitates (``"vllm"`` or ``"sglang"``): the field names
-            of token ids and whether ``return_token_ids`` may stream (see :mod:`~strands_tito.engine.openai_chat`).
+            of token ids and whether ``return_token_ids`` may stream (see
+            :mod:`~strands_tito.testing.engine.openai_chat`).
         reasoning_parser: ``"qwen3"`` to split ``...</think>`` off chat replies as reasoning (None: keep it in
             the content, like a server started without ``--reasoning-parser``).
         image_understanding: report ``has_image_understanding: true`` on ``/model_info`` and accept ``image_data``
@@ -157,7 +159,7 @@ class LocalEngine:
     def from_script_file(
         cls, tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike[str], **kwargs: Any
     ) -> LocalEngine:
-        """Build an engine from a JSON script file (see :class:`~strands_tito.engine.script.ScriptFile`)."""
+        """Build an engine from a JSON script file (see :class:`~strands_tito.testing.engine.script.ScriptFile`)."""
         script_file = ScriptFile.load(path)
         return cls(tokenizer, script_file.scripts, script_file.default, **kwargs)
 

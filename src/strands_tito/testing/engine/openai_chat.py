@@ -10,10 +10,10 @@ from parsed text, which need not tokenize to what the model generated. This endp
   add_generation_prompt=True)`` and ``tokenizer.encode(text, add_special_tokens=False)``, as vLLM does; text parts of
   a content list are joined with ``"\\n"`` and tool-call arguments given as JSON strings are parsed to objects first
   (both as vLLM does);
-* the reply comes from the same scripts as ``/generate`` (:class:`~strands_tito.engine.script.Script`); conversations
-  are matched by token prefix, and, because a re-rendered prompt may not extend the previous request's prompt +
-  output, a request that extends no history falls back to the conversation whose last prompt it strictly extends
-  (see :mod:`strands_tito.engine.conversations`);
+* the reply comes from the same scripts as ``/generate`` (:class:`~strands_tito.testing.engine.script.Script`);
+  conversations are matched by token prefix, and, because a re-rendered prompt may not extend the previous request's
+  prompt + output, a request that extends no history falls back to the conversation whose last prompt it strictly
+  extends (see :mod:`strands_tito.testing.engine.conversations`);
 * ``max_completion_tokens`` / ``max_tokens``, ``stop``, ``stop_token_ids``, ``ignore_eos``, ``skip_special_tokens``
   cut the reply like ``/generate`` does; ``logprobs`` / ``top_logprobs`` come back in the OpenAI shape with the
   engine's deterministic logprobs;
@@ -31,8 +31,8 @@ Token ids (``return_token_ids: true``) follow the server flavour, whose field na
 * ``sglang``: ``choices[i].prompt_token_ids`` and ``choices[i].response_token_ids`` (``return_prompt_token_ids``: the
   prompt ids only); combined with ``stream: true`` the request is rejected with SGLang's 400.
 
-Every request is kept as an :class:`~strands_tito.engine.records.EngineRecord` with ``input_ids`` = the rendered prompt
-ids and ``output_ids`` = the generated ids, so tests can compare them with what a client recorded.
+Every request is kept as an :class:`~strands_tito.testing.engine.records.EngineRecord` with ``input_ids`` = the rendered
+prompt ids and ``output_ids`` = the generated ids, so tests can compare them with what a client recorded.
 
 Deliberate differences from real servers: ``n > 1`` and non-text content parts are rejected; the model name is not
 checked; ``response_format``, penalties and sampling knobs are ignored (the script decides the tokens); malformed
@@ -47,9 +47,10 @@ from typing import Any
 
 from jinja2 import TemplateError
 
-from strands_tito.engine.conversations import Conversation
-from strands_tito.engine.core import EngineCore
-from strands_tito.engine.openai_parsing import (
+from strands_tito.providers.rendering import render_chat_template
+from strands_tito.testing.engine.conversations import Conversation
+from strands_tito.testing.engine.core import EngineCore
+from strands_tito.testing.engine.openai_parsing import (
     OPENAI_FLAVORS,
     REASONING_PARSERS,
     SGLANG_STREAM_TOKEN_IDS_MESSAGE,
@@ -63,12 +64,18 @@ from strands_tito.engine.openai_parsing import (
     parse_reply,
     partial_view,
 )
-from strands_tito.engine.outputs import Outcome
-from strands_tito.engine.protocol import finish_abort, http_fault_body, token_logprob
-from strands_tito.engine.records import NO_SCRIPT_MESSAGE, SSE_DONE, EngineRecord, new_record, sse_event, sse_stream
-from strands_tito.engine.script import Reply, Step
-from strands_tito.http_server import AnyResponse, Connection, Request, json_response
-from strands_tito.providers.rendering import render_chat_template
+from strands_tito.testing.engine.outputs import Outcome
+from strands_tito.testing.engine.protocol import finish_abort, http_fault_body, token_logprob
+from strands_tito.testing.engine.records import (
+    NO_SCRIPT_MESSAGE,
+    SSE_DONE,
+    EngineRecord,
+    new_record,
+    sse_event,
+    sse_stream,
+)
+from strands_tito.testing.engine.script import Reply, Step
+from strands_tito.testing.http_server import AnyResponse, Connection, Request, json_response
 
 __all__ = [
     "OPENAI_FLAVORS",
@@ -85,7 +92,7 @@ __all__ = [
 
 
 class ChatCompletions:
-    """The ``/v1/chat/completions`` handler over one :class:`~strands_tito.engine.core.EngineCore`."""
+    """The ``/v1/chat/completions`` handler over one :class:`~strands_tito.testing.engine.core.EngineCore`."""
 
     def __init__(self, core: EngineCore, flavor: OpenAIFlavor, reasoning_parser: str | None) -> None:
         if flavor not in OPENAI_FLAVORS:
