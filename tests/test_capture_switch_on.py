@@ -332,7 +332,8 @@ def chat_span_texts(bodies: list[bytes]) -> list[list[str]]:
     ("env", "content_on_spans"),
     [
         ({}, False),  # capture on: Strands' own redaction switch keeps the conversation text off
-        ({ENV_SPAN_CONTENT: "1"}, True),  # asked to keep it (e.g. to read it in a trace viewer)
+        ({ENV_SPAN_CONTENT: "1"}, True),  # asked to keep it (deprecated: the next line is its replacement)
+        ({"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}, True),
         ({"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_tool_definitions"}, True),  # the user's own value is left alone
     ],
 )

@@ -214,11 +214,12 @@ def otlp_processor() -> SpanProcessor:
     the SDK's plain ``BatchSpanProcessor``, which drops spans when its queue is full), other spans batched as usual.
 
     Raises:
-        CaptureConfigError: a spool setting is not a positive integer, or the spool directory cannot be used.
+        CaptureConfigError: ``OTEL_BSP_SCHEDULE_DELAY`` is not a positive integer, or the spool directory cannot be
+            used.
     """
     from strands_tito.capture.endpoint_check import watch_endpoint
-    from strands_tito.capture.spool import Spool, default_spool_root, spool_key
-    from strands_tito.capture.spool_processor import ENV_MAX_BYTES, OtlpCaptureProcessor, SpoolingSpanProcessor
+    from strands_tito.capture.spool import ENV_SPOOL_DIR, Spool, default_spool_root, spool_key
+    from strands_tito.capture.spool_processor import OtlpCaptureProcessor, SpoolingSpanProcessor
 
     settings = get_settings()
     if not settings.spool:
@@ -231,7 +232,7 @@ def otlp_processor() -> SpanProcessor:
     try:
         spool = Spool(default_spool_root() / spool_key(service, otlp_endpoint()))
     except (ValueError, OSError) as e:
-        raise CaptureConfigError(f"trace spool: {e} (STRANDS_TITO_SPOOL_DIR, {ENV_MAX_BYTES}, ...)") from e
+        raise CaptureConfigError(f"trace spool: {e} ({ENV_SPOOL_DIR})") from e
     watch_endpoint(_endpoint_url(), otlp_protocol(), spool.parent)
     spooling = SpoolingSpanProcessor(
         otlp_exporter(),
