@@ -8,7 +8,7 @@ setup:
 demo: setup
 	.venv/bin/strands-tito demo
 
-PY_PATHS := $(wildcard src collector exporters tests examples benchmarks scripts)
+PY_PATHS := $(wildcard core exporters collector src tests examples benchmarks scripts)
 
 lint: setup
 	.venv/bin/ruff check $(PY_PATHS)

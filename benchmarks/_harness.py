@@ -124,7 +124,7 @@ def prepare(workdir: Path, sizes: Sequence[str]) -> tuple[Path, dict[str, Path],
     return tok_dir, prompts, script, first_tokens
 
 
-TITO_TREES = ("src", "collector", "exporters")
+TITO_TREES = ("core", "src", "collector", "exporters")
 
 
 def tito_snapshot(workdir: Path, tree: str) -> tuple[dict[str, str], str]:

@@ -99,10 +99,19 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="call_steps-"))
     snapshot = work / "ref"
     snapshot.mkdir()
-    archive = subprocess.run(["git", "archive", args.ref, "src"], capture_output=True, check=True, cwd=ROOT)
+    # core/ holds the shared modules since the collector became its own distributions; older refs lack it.
+    folders = [
+        d
+        for d in ("core", "src")
+        if subprocess.run(["git", "cat-file", "-e", f"{args.ref}:{d}"], cwd=ROOT, capture_output=True).returncode == 0
+    ]
+    archive = subprocess.run(["git", "archive", args.ref, *folders], capture_output=True, check=True, cwd=ROOT)
     subprocess.run(["tar", "-x", "-C", str(snapshot)], input=archive.stdout, check=True)
     tokenizer_dir, prompts, script, _ = harness.prepare(work, [args.size])
-    trees = {"A": str(snapshot / "src"), "B": str(ROOT / "src")}
+    trees = {
+        "A": os.pathsep.join(str(snapshot / d) for d in folders),
+        "B": os.pathsep.join(str(ROOT / d) for d in ("core", "src")),
+    }
     results: dict[str, list[dict[str, float]]] = {"A": [], "B": []}
     load = os.getloadavg()[0]
     for round_ in range(args.rounds):

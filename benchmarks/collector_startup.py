@@ -1,8 +1,8 @@
 """Start-up cost of the collector side: importing every collector and exporter entry module in a fresh interpreter.
 
 Prints a table: median import time, peak RSS, modules loaded, and which agent-side packages got loaded (none should).
-``--checkout DIR`` measures another checkout of the repository (its src/, collector/ and exporters/ go first on the
-path) next to this one, interleaved, so a before/after comparison runs on one machine at one time.
+``--checkout DIR`` measures another checkout of the repository (its core/, src/, collector/ and exporters/ go first on
+the path) next to this one, interleaved, so a before/after comparison runs on one machine at one time.
 
     python benchmarks/collector_startup.py [--runs 7] [--checkout ../old-checkout]
 """
@@ -31,7 +31,7 @@ print(dt * 1000, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, len(
 def measure(checkout: Path | None) -> tuple[float, float, int, str]:
     env = dict(os.environ)
     if checkout is not None:
-        env["PYTHONPATH"] = os.pathsep.join(str(checkout / d) for d in ("src", "collector", "exporters"))
+        env["PYTHONPATH"] = os.pathsep.join(str(checkout / d) for d in ("core", "src", "collector", "exporters"))
     done = subprocess.run(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, env=env, cwd=checkout or "/"
     )

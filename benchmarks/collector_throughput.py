@@ -124,12 +124,16 @@ def compare(ref: str, count: int, tokens: int, rounds: int) -> list[str]:
     """Durable ingest of ``ref`` against the working tree, interleaved in subprocesses; Markdown lines."""
     results: dict[str, list[float]] = {"before": [], "after": []}
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(
-            ["git", "archive", ref, "src", "collector", "exporters"], cwd=ROOT, check=True, capture_output=True
-        ).stdout
+        # core/ holds the shared modules since the collector became its own distributions; older refs lack it.
+        trees = [
+            d
+            for d in ("core", "src", "collector", "exporters")
+            if subprocess.run(["git", "cat-file", "-e", f"{ref}:{d}"], cwd=ROOT, capture_output=True).returncode == 0
+        ]
+        archive = subprocess.run(["git", "archive", ref, *trees], cwd=ROOT, check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
         # Earlier entries of PYTHONPATH come before the editable install's paths: the old code is imported.
-        old_path = os.pathsep.join(str(Path(tmp) / d) for d in ("src", "collector", "exporters"))
+        old_path = os.pathsep.join(str(Path(tmp) / d) for d in trees)
         for _ in range(rounds):
             for label, path in (("before", old_path), ("after", "")):
                 env = {**os.environ, "PYTHONPATH": path} if path else dict(os.environ)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Creates .venv with a Python >= 3.12 found on this machine and installs strands-tito with its dev tools.
-# Re-running is cheap: it reinstalls only when pyproject.toml changed.
+# Creates .venv with a Python >= 3.12 found on this machine and installs strands-tito with its dev tools: the four
+# distributions of this repository (core/, exporters/, collector/ and the root's agent side), all editable.
+# Re-running is cheap: it reinstalls only when a pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +24,7 @@ find_python() {
 }
 
 stamp=.venv/.installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml core/pyproject.toml exporters/pyproject.toml collector/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi
 
 if [ ! -x .venv/bin/python ]; then
@@ -36,6 +37,8 @@ if [ ! -x .venv/bin/python ]; then
     "$py" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored" || true
-.venv/bin/python -m pip install --quiet -e ".[dev]" 2>&1 | grep -v "is ignored" || true
-.venv/bin/python -c "import strands_tito, pytest, mypy" # fail here if the install did not work
+.venv/bin/python -m pip install --quiet -e ./core -e ./exporters -e ./collector -e ".[dev]" 2>&1 |
+    grep -v "is ignored" || true
+# fail here if the install did not work
+.venv/bin/python -c "import strands_tito, strands_tito.trajectory, strands_tito.collector, pytest, mypy"
 echo "$want" > "$stamp"

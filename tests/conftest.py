@@ -16,7 +16,7 @@ from strands import Agent
 from strands.agent.conversation_manager import NullConversationManager
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito import SGLangClient, SGLangModel
+from strands_tito import SGLangClient, SGLangModel, TokenClient
 from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.settings import reset_settings
 from strands_tito.testing.engine import EngineRecord, LocalEngine, Script
@@ -73,12 +73,12 @@ def start_engine(qwen3: PreTrainedTokenizerBase) -> Iterator[Callable[..., Local
         engine.stop()
 
 
-def fast_client(engine: LocalEngine, **kwargs: Any) -> SGLangClient:
-    """A client with short backoff so retry tests take milliseconds."""
+def fast_client[C: TokenClient](engine: LocalEngine, client_type: type[C] = SGLangClient, **kwargs: Any) -> C:
+    """A client (SGLang's unless ``client_type`` says) with short backoff so retry tests take milliseconds."""
     kwargs.setdefault("backoff_base", 0.01)
     kwargs.setdefault("backoff_max", 0.05)
     kwargs.setdefault("max_retries", 3)
-    return SGLangClient(engine.base_url, **kwargs)
+    return client_type(engine.base_url, **kwargs)
 
 
 def make_model(engine: LocalEngine, tokenizer: PreTrainedTokenizerBase, **config: Any) -> SGLangModel:

@@ -1033,11 +1033,10 @@ async def test_hostile_rollout_ids_never_build_a_url(
         record = json.loads((tmp_path / "out.jsonl").read_text().splitlines()[-1])
     exporter = AgentLightningExporter(proxy.url, KEY, tmp_path / "direct.db", ack_timeout=0)
     delivered: list[str] = []
-    exporter.on_delivered = delivered.append
     try:
         for n, rollout_id in enumerate(HOSTILE_ROLLOUT_IDS):
             hostile = {**record, "trajectory_id": f"hostile-{n}", "resource": {capture.AGL_ROLLOUT_ID: rollout_id}}
-            exporter.write([hostile], f"p{n}")
+            delivered.extend(exporter.deliver([hostile], f"p{n}"))
     finally:
         exporter.close()
     assert delivered == [f"hostile-{n}" for n in range(len(HOSTILE_ROLLOUT_IDS))]  # skipped, never jammed

@@ -11,13 +11,24 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_ROOTS = [ROOT / "src", ROOT / "collector", ROOT / "exporters"]
+#: The repository's distributions (docs/collector.md): where each one's pyproject.toml is, and the folder it ships.
+DISTRIBUTIONS = {
+    "strands-tito-core": (ROOT / "core", ROOT / "core"),
+    "strands-tito-exporters": (ROOT / "exporters", ROOT / "exporters"),
+    "strands-tito-collector": (ROOT / "collector", ROOT / "collector"),
+    "strands-tito": (ROOT, ROOT / "src"),
+}
+SOURCE_ROOTS = [source for _, source in DISTRIBUTIONS.values()]
+#: What the collector distribution (and what it installs) must never import: `pip install strands-tito-collector`
+#: brings none of them.
+NOT_ON_A_COLLECTOR_HOST = ("strands", "transformers", "tokenizers", "jinja2")
 
 #: Modules of the bottom layer: plain data, the span codec, the assembler. They import no framework.
 BOTTOM = {
@@ -48,8 +59,8 @@ UPSTREAM = ("strands_tito.upstream",)
 UPSTREAM_LIBRARIES = ("strands", "opentelemetry", "transformers")
 
 
-def product_modules() -> Iterator[tuple[str, Path]]:
-    for root in SOURCE_ROOTS:
+def product_modules(roots: list[Path] = SOURCE_ROOTS) -> Iterator[tuple[str, Path]]:
+    for root in roots:
         for path in sorted(root.rglob("*.py")):
             parts = path.relative_to(root).with_suffix("").parts
             if parts[-1] == "__init__":
@@ -248,6 +259,52 @@ def test_no_import_cycles() -> None:
     for name in graph:
         graph[name] = {m for m in graph[name] if not (name.startswith(m + ".") and m in graph)}
     assert not find_cycles(graph)
+
+
+def shipped_by(distribution: str) -> set[str]:
+    """The modules a distribution ships (the ``.py`` files under its folder)."""
+    return {name for name, _ in product_modules([DISTRIBUTIONS[distribution][1]])}
+
+
+def installed_with(distribution: str) -> set[str]:
+    """The distribution and the repository's distributions it depends on, transitively, as its pyproject.toml says."""
+    pyproject = tomllib.loads((DISTRIBUTIONS[distribution][0] / "pyproject.toml").read_text(encoding="utf-8"))
+    requirements = {r.split("==")[0].split("[")[0] for r in pyproject["project"]["dependencies"]}
+    return {distribution}.union(*(installed_with(d) for d in requirements & DISTRIBUTIONS.keys()))
+
+
+def strands_tito_modules_imported(name: str) -> set[str]:
+    """The strands_tito modules a module imports anywhere (functions too); ``from strands_tito import X`` names the
+    submodule X, or else the top-level package (an attribute of its ``__init__``)."""
+    found = set()
+    for module, names in runtime_imports(name, MODULES[name]):
+        if module == "strands_tito":
+            found |= {f"strands_tito.{n}" if f"strands_tito.{n}" in MODULES else "strands_tito" for n in names}
+        elif within(module, ("strands_tito",)):
+            found.add(module)
+    return found
+
+
+@pytest.mark.parametrize("distribution", sorted(DISTRIBUTIONS))
+def test_each_distribution_imports_only_what_it_installs(distribution: str) -> None:
+    """A module may import the strands_tito modules that its own distribution and that distribution's dependencies
+    ship: never one of a distribution that may be missing (the agent side from the collector, above all)."""
+    available = set().union(*(shipped_by(d) for d in installed_with(distribution)))
+    reaching = {
+        f"{name} -> {imported}"
+        for name in shipped_by(distribution)
+        for imported in strands_tito_modules_imported(name)
+        if imported not in available
+    }
+    assert not reaching
+
+
+@pytest.mark.parametrize(
+    "name", sorted(set().union(*(shipped_by(d) for d in installed_with("strands-tito-collector"))))
+)
+def test_what_the_collector_installs_imports_no_agent_framework(name: str) -> None:
+    imported = [module for module, _ in runtime_imports(name, MODULES[name])]
+    assert not [m for m in imported if within(m, NOT_ON_A_COLLECTOR_HOST)]
 
 
 def test_collector_and_exporters_load_no_agent_side_at_run_time() -> None:

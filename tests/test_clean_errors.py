@@ -78,7 +78,9 @@ def test_an_output_that_cannot_be_made_stops_the_collector_with_one_line(
 
 def test_parquet_output_without_pyarrow_names_the_extra(tmp_path: Path) -> None:
     done = collect("--store", str(tmp_path / "store"), "--parquet", str(tmp_path / "parts"), hide="pyarrow")
-    assert_one_line(done, 2, "Parquet output needs the pyarrow package", "pip install 'strands-tito[parquet]'")
+    assert_one_line(
+        done, 2, "Parquet output needs the pyarrow package", "pip install 'strands-tito-collector[parquet]'"
+    )
 
 
 def test_inspecting_parquet_without_pyarrow_names_the_extra(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ reachable from other machines needs a token or an explicit flag; secrets come fr
 
 from __future__ import annotations
 
+import gzip
 import logging
 import random
 import socket
@@ -10,13 +11,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from strands_tito import spans
 from strands_tito.collector.cli import parse_args
+from strands_tito.collector.ingest import MAX_REQUEST_TOKENS
+from strands_tito.trajectory import Trajectory
 
-from .otlp_helpers import all_spans, make_request, random_trajectory
+from .otlp_helpers import all_spans, end_span, make_request, make_span, random_trajectory, turn_spans
 from .test_collector_lifecycle import start, stop
 from .test_collector_process import read_records
 
@@ -109,5 +115,67 @@ def test_open_trajectories_are_bounded_and_the_bound_clears(tmp_path: Path) -> N
         records = {r["trajectory_id"]: r for r in read_records(tmp_path / "out.jsonl", 2)}
         for t in (trajectories[0], trajectories[3]):
             assert records[t.trajectory_id]["complete"] and records[t.trajectory_id]["token_ids"] == t.token_ids
+    finally:
+        stop(proc)
+
+
+def _span_of_tokens(trajectory_id: str, tokens: int) -> Any:
+    """One turn span (its end signal apart) holding ``tokens`` prompt ids, all zero: a few KiB once gzipped."""
+    attributes = spans.turn_attributes(
+        trajectory_id, 0, 0, 0, bytes(4 * tokens), bytes(4 * tokens), b"\x01\x00\x00\x00", b"\x00" * 4,
+        finish_reason="stop",
+    )  # fmt: skip
+    return make_span("chat", {"gen_ai.operation.name": "chat", **attributes})
+
+
+def _peak_rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmHWM:")[1].split()[0]) / 1024
+
+
+def test_tokens_per_request_are_bounded_span_by_span(tmp_path: Path) -> None:
+    """Past --max-request-tokens a span is refused before its arrays are read, with the limit named (400 when it
+    was all the request held; partial success otherwise), and nothing else is lost: the other trajectories of the
+    same request are written exact, and the one that lost its turn is written incomplete, naming it."""
+    proc, port = start(tmp_path, "--max-request-tokens", "1000", "--idle-timeout", "2", "--log-level", "ERROR")
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    try:
+        alone = httpx.post(url, content=make_request([_span_of_tokens("big-1", 1001)]).SerializeToString(), headers=PB)
+        assert alone.status_code == 400 and "at most 1000 per request (--max-request-tokens)" in alone.text
+
+        rng = random.Random(4)
+        small = [random_trajectory(rng, turns=2) for _ in range(2)]
+        assert all(len(t) < 400 for t in small)
+        big = Trajectory(trajectory_id="big-2")
+        big.append_turn([5] * 900, [6], finish_reason="stop", output_logprobs=[-0.5])
+        mixed = [*all_spans(small[0]), *turn_spans(big), *all_spans(small[1]), end_span(big)]
+        response = httpx.post(url, content=make_request(mixed).SerializeToString(), headers=PB)
+        answer = ExportTraceServiceResponse.FromString(response.content)
+        assert response.status_code == 200 and answer.partial_success.rejected_spans == 1
+        assert "--max-request-tokens" in answer.partial_success.error_message
+
+        records = {r["trajectory_id"]: r for r in read_records(tmp_path / "out.jsonl", 3)}
+        for t in small:
+            assert records[t.trajectory_id]["complete"] and records[t.trajectory_id]["token_ids"] == t.token_ids
+        assert (records["big-2"]["complete"], records["big-2"]["reason"]) == (False, "turn 0 is missing")
+    finally:
+        stop(proc)
+
+
+def test_a_small_request_of_many_tokens_costs_a_bounded_amount_of_memory(tmp_path: Path) -> None:
+    """A 61 KiB gzip body decompresses to 8M token ids (61 MiB, under --max-decompressed-mb): decoding them would
+    raise the collector's peak RSS by about 1.1 GB (docs/collector-faults.md); with the default
+    --max-request-tokens it is refused from the protobuf, at the cost of the body and its parse."""
+    proc, port = start(tmp_path, "--log-level", "ERROR")
+    try:
+        idle = _peak_rss_mib(proc.pid)
+        body = gzip.compress(make_request([_span_of_tokens("huge", 8_000_000)]).SerializeToString())
+        assert len(body) < 100 * 1024
+        response = httpx.post(
+            f"http://127.0.0.1:{port}/v1/traces", content=body, headers={**PB, "Content-Encoding": "gzip"}, timeout=120
+        )
+        assert response.status_code == 400 and f"at most {MAX_REQUEST_TOKENS} per request" in response.text
+        growth = _peak_rss_mib(proc.pid) - idle
+        assert growth < 300, f"peak RSS grew by {growth:.0f} MiB"
     finally:
         stop(proc)

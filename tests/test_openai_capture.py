@@ -24,6 +24,7 @@ from strands.models.openai import OpenAIModel
 from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.capture import recorder as capture
+from strands_tito.capture.deferred import run_released_calls
 from strands_tito.capture.openai import (
     ENV_FLAVOR,
     call_log_of,
@@ -248,7 +249,8 @@ async def test_released_agent_ends_its_trajectory_and_jsonl(start_engine, plug, 
     tid = log.trajectory_id
     capture.record_reward(1.0, agent=agent)
     del agent, log
-    gc.collect()  # the per-agent state goes with the agent: its end signal is emitted
+    gc.collect()  # the per-agent state goes with the agent: its end signal is queued,
+    run_released_calls()  # and sent by capture's thread (or here, whichever comes first)
     [line] = [x for x in map(json.loads, out.read_text().splitlines()) if x["trajectory_id"] == tid]
     assert line["complete"] is True and line["prefix_consistent"] is True and line["reward"] == 1.0
     assert [c["prompt_ids"] for c in line["calls"]] == [r.input_ids for r in ok_records(engine)]

@@ -131,7 +131,7 @@ def test_code_cites_only_markdown_files_in_the_repository() -> None:
         text=True,
         check=True,
     )
-    folders = ("src", "collector", "exporters", "tests", "scripts", "benchmarks", "examples")
+    folders = ("core", "src", "collector", "exporters", "tests", "scripts", "benchmarks", "examples")
     for source in (ROOT / name for name in tracked.stdout.splitlines() if name.startswith(folders)):
         if source.exists():
             for name in re.findall(r"[\w./-]*[\w-]\.md\b", source.read_text(encoding="utf-8")):

@@ -69,6 +69,15 @@ def test_call_entries_have_the_call_fields() -> None:
     assert all(tuple(call) == records.CALL_FIELDS for call in call_record()["calls"])
 
 
+def test_the_typed_record_is_the_schema_and_the_assembler_writes_its_entries() -> None:
+    """One schema: the TypedDicts every exporter is typed with list exactly the fields, in order, and the entries."""
+    assert tuple(records.ExportedRecord.__annotations__) == records.RECORD_KEYS
+    assert {f.name: f.type for f in records.RECORD_FIELDS}["calls"] == "list[CallEntry]"
+    token, calls = token_record(), call_record()
+    assert all(tuple(turn) == tuple(records.TurnEntry.__annotations__) for turn in token["turns"])
+    assert tuple(calls["prefix_report"][0]) == tuple(records.PrefixCheckEntry.__annotations__)
+
+
 def write_both(tmp_path: Path, record: dict[str, Any]) -> tuple[list[str], list[str]]:
     """Write one record through the JSONL and the Parquet exporter; the JSONL keys and the Parquet columns."""
     pq = pytest.importorskip("pyarrow.parquet")

@@ -21,7 +21,7 @@ from .conftest import make_agent, make_model
 from .tools import calculator
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE_ROOTS = [ROOT / "src", ROOT / "collector", ROOT / "exporters"]
+SOURCE_ROOTS = [ROOT / "src", ROOT / "core", ROOT / "collector", ROOT / "exporters"]
 VARIABLE = re.compile(r"STRANDS_TITO_[A-Z_]+")
 #: Modules allowed to name a variable: each side's settings (the agent side's module; the collector's CLI, which
 #: declares its two environment fallbacks), and the interpreter start-up hook, whose first check (is the variable set

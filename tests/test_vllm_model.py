@@ -150,7 +150,7 @@ async def test_auto_falls_back_to_completions_once_when_scale_out_is_off(start_e
     engine = start_engine(Script(turns=[Reply(text=hermes_call("calculator", expression="2 + 2")), Reply(text="4")]))
     engine.vllm.scale_out = False
     model = make_vllm(engine, qwen3)
-    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.vllm"):
+    with caplog.at_level(logging.WARNING, logger="strands_tito.providers.vllm_client"):
         await make_agent(model, [calculator]).invoke_async("2 + 2?")
     refused = [r for r in engine.records if r.path == GENERATE]
     assert [r.status for r in refused] == [403]
@@ -202,7 +202,7 @@ async def test_throttling_is_retried_then_succeeds(start_engine, qwen3, caplog, 
 async def test_throttling_that_never_ends_becomes_model_throttled(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
     engine = start_engine(Script(turns=[Fault.http(503, count=10)]))
     model = make_vllm(engine, qwen3, client_kwargs={"max_retries": 2})
-    with pytest.raises(ModelThrottledException, match="vLLM returned HTTP 503"):
+    with pytest.raises(ModelThrottledException, match=r"vLLM \(POST /inference/v1/generate\) returned HTTP 503"):
         await make_agent(model).invoke_async("Hi")
     assert len([r for r in engine.records if r.path == GENERATE]) == 3
     assert model.trajectory.token_ids == []

@@ -1,8 +1,9 @@
-"""Everything a user types works from a built wheel, installed in a fresh virtual environment, away from the checkout.
+"""Everything a user types works from built wheels, installed in a fresh virtual environment, away from the checkout.
 
-The wheel is built from this checkout (hatchling, no build isolation: nothing downloaded) and installed without its
-dependencies into a new venv; the dependencies come from this environment's site-packages through a plain path in a
-.pth file, which adds the directory but runs none of its .pth files, so the checkout's editable install stays out.
+The four wheels (strands-tito and the core, exporters and collector distributions it depends on) are built from this
+checkout (hatchling, no build isolation: nothing downloaded) and installed without their dependencies into a new
+venv; the dependencies come from this environment's site-packages through a plain path in a .pth file, which adds
+the directory but runs none of its .pth files, so the checkout's editable installs stay out.
 Each command then runs from an empty folder: ``--version``, ``demo`` (the whole path: engine, agent, collector,
 check), ``inspect`` on what the demo wrote, ``engine`` and ``collect`` (started, ready, stopped), ``spool list``.
 """
@@ -23,6 +24,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 300
+#: The folders of the repository's distributions (docs/collector.md); the full install is all four.
+DISTRIBUTIONS = [str(ROOT / d) for d in ("core", "exporters", "collector", ".")]
 
 pytestmark = pytest.mark.slow
 
@@ -32,13 +35,15 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The ``bin`` folder of a fresh venv with the wheel installed."""
     base = tmp_path_factory.mktemp("wheel")
     dist = base / "dist"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT)],
-        check=True,
-        timeout=TIMEOUT,
-        capture_output=True,
-    )
-    [wheel] = dist.glob("strands_tito-*.whl")
+    for folder in DISTRIBUTIONS:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), folder],
+            check=True,
+            timeout=TIMEOUT,
+            capture_output=True,
+        )
+    wheels = sorted(dist.glob("strands_tito*.whl"))
+    assert len(wheels) == len(DISTRIBUTIONS)
     env_dir = base / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
@@ -50,12 +55,26 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     ).stdout.strip()
     (Path(site) / "_dependencies_from_the_test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", *map(str, wheels)],
         check=True,
         timeout=TIMEOUT,
         capture_output=True,
     )
     yield env_dir / "bin"
+
+
+def test_no_two_distributions_ship_the_same_file(installed: Path) -> None:
+    """Each installed file belongs to one distribution (pip would let one overwrite another's)."""
+    records = sorted(installed.parent.glob("lib/python*/site-packages/strands_tito*.dist-info/RECORD"))
+    assert len(records) == len(DISTRIBUTIONS)
+    owners: dict[str, list[str]] = {}
+    for record in records:
+        for line in record.read_text().splitlines():
+            path = line.split(",")[0]
+            if ".dist-info/" not in path and not path.startswith(("..", "__pycache__")) and "/__pycache__/" not in path:
+                owners.setdefault(path, []).append(record.parent.name)
+    assert not {path: names for path, names in owners.items() if len(names) > 1}
+    assert "strands_tito/__init__.py" in owners and "strands_tito/collector/cli.py" in owners
 
 
 def _env() -> dict[str, str]:

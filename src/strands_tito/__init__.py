@@ -9,7 +9,8 @@ The pipeline, bottom layer first (each layer imports only the ones above it in t
 - ``compat/``: strands-sglang 0.6's module paths (``strands_tito.client``, ``.tool_parsers.base`` ...) and its
   parser base class, the one place for strands-sglang compatibility;
 - ``collector/`` (``strands-tito collect``) and ``exporters/`` (JSONL, Parquet, Agent Lightning): below the agent
-  side, they load no Strands, transformers or providers;
+  side, they load no Strands, transformers or providers, and install without them (the ``strands-tito-collector``
+  distribution, with the bottom layer as ``strands-tito-core``: ``docs/collector.md``);
 - ``viewer`` (``strands-tito inspect``);
 - ``testing/``: the test harness, imported by no module above (the local engine, offline vocabularies, real chat
   templates, ``strands-tito demo``).
@@ -25,8 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 from strands_tito.compat import install_module_paths
 
-# The collector and exporters live in the repository's collector/ and exporters/ folders; in a source checkout
-# they join this package from there (a wheel simply contains them).
+# strands_tito is shared by four distributions (core, exporters, collector, this agent side); only this one ships
+# this file. Installed from wheels they share one folder; installed editable (a checkout: core/, exporters/,
+# collector/, src/), each folder joins this package from the path. Without this distribution, strands_tito is a plain
+# namespace package and the collector runs the same.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
 if TYPE_CHECKING:
@@ -42,18 +45,7 @@ if TYPE_CHECKING:
         StrandsTitoError,
         ThrottledError,
     )
-    from strands_tito.providers.client import (
-        RetryPolicy,
-        SGLangCancelledError,
-        SGLangClient,
-        SGLangClientError,
-        SGLangConnectionError,
-        SGLangContextLengthError,
-        SGLangDecodingError,
-        SGLangHTTPError,
-        SGLangThrottledError,
-        TokenClient,
-    )
+    from strands_tito.providers.client import RetryPolicy, TokenClient
     from strands_tito.providers.limiter import (
         LoopLimiter,
         LoopLimitReachedError,
@@ -73,6 +65,16 @@ if TYPE_CHECKING:
         SGLangModel,
         SGLangResponseError,
     )
+    from strands_tito.providers.sglang_client import (
+        SGLangCancelledError,
+        SGLangClient,
+        SGLangClientError,
+        SGLangConnectionError,
+        SGLangContextLengthError,
+        SGLangDecodingError,
+        SGLangHTTPError,
+        SGLangThrottledError,
+    )
     from strands_tito.providers.slime import (
         fill_sample,
         get_client,
@@ -89,13 +91,12 @@ if TYPE_CHECKING:
     )
     from strands_tito.providers.vllm import (
         VLLMAbortedError,
-        VLLMClient,
         VLLMConfig,
-        VLLMEndpointError,
         VLLMInvalidSampleError,
         VLLMModel,
         VLLMResponseError,
     )
+    from strands_tito.providers.vllm_client import VLLMClient, VLLMEndpointError
     from strands_tito.replay import decode_routed_experts
     from strands_tito.trajectory import Rollout, Segment, Trajectory, TrajectoryError, Turn
 
@@ -104,14 +105,14 @@ _EXPORTS: dict[str, str] = {
     "record_reward": "capture.recorder",
     "RewardTargetError": "capture.recorder",
     "RetryPolicy": "providers.client",
-    "SGLangCancelledError": "providers.client",
-    "SGLangClient": "providers.client",
-    "SGLangClientError": "providers.client",
-    "SGLangConnectionError": "providers.client",
-    "SGLangContextLengthError": "providers.client",
-    "SGLangDecodingError": "providers.client",
-    "SGLangHTTPError": "providers.client",
-    "SGLangThrottledError": "providers.client",
+    "SGLangCancelledError": "providers.sglang_client",
+    "SGLangClient": "providers.sglang_client",
+    "SGLangClientError": "providers.sglang_client",
+    "SGLangConnectionError": "providers.sglang_client",
+    "SGLangContextLengthError": "providers.sglang_client",
+    "SGLangDecodingError": "providers.sglang_client",
+    "SGLangHTTPError": "providers.sglang_client",
+    "SGLangThrottledError": "providers.sglang_client",
     "TokenClient": "providers.client",
     "ContextLengthError": "errors",
     "GenerationError": "errors",
@@ -155,9 +156,9 @@ _EXPORTS: dict[str, str] = {
     "Turn": "trajectory",
     "decode_routed_experts": "replay",
     "VLLMAbortedError": "providers.vllm",
-    "VLLMClient": "providers.vllm",
+    "VLLMClient": "providers.vllm_client",
     "VLLMConfig": "providers.vllm",
-    "VLLMEndpointError": "providers.vllm",
+    "VLLMEndpointError": "providers.vllm_client",
     "VLLMModel": "providers.vllm",
     "VLLMResponseError": "providers.vllm",
     "VLLMInvalidSampleError": "providers.vllm",

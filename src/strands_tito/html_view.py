@@ -20,13 +20,14 @@ import importlib.resources
 import json
 import math
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from strands_tito.records import ExportedRecord
 from strands_tito.viewer import Decoder, read_records
 
 __all__ = ["TokenTexts", "TrajectoryIndex", "index_row", "page", "serve", "trajectory_payload", "write_page"]
@@ -51,7 +52,7 @@ class TokenTexts:
         return [cache[i] for i in ids]
 
 
-def _diverged(record: dict[str, Any]) -> dict[str, Any] | None:
+def _diverged(record: Mapping[str, Any]) -> dict[str, Any] | None:
     for check in record.get("prefix_report") or []:
         if not check.get("shares_prefix", True):
             return {"call": check.get("index"), "position": check.get("divergence")}
@@ -63,7 +64,7 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return statistics.fmean(known) if known else None
 
 
-def index_row(number: int, record: dict[str, Any]) -> dict[str, Any]:
+def index_row(number: int, record: Mapping[str, Any]) -> dict[str, Any]:
     """What the index shows of one record (small: no token data)."""
     mask = record.get("loss_mask") or []
     output_logprobs = [v for v, m in zip(record.get("logprobs") or [], mask, strict=False) if m]
@@ -85,7 +86,7 @@ def index_row(number: int, record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def trajectory_payload(record: dict[str, Any], texts: TokenTexts) -> dict[str, Any]:
+def trajectory_payload(record: Mapping[str, Any], texts: TokenTexts) -> dict[str, Any]:
     """What the page needs to render one trajectory."""
     ids = list(record.get("token_ids") or [])
     keys = (
@@ -123,7 +124,7 @@ def page(rows: Sequence[dict[str, Any]], embedded: Sequence[dict[str, Any]] | No
     return "".join(parts)
 
 
-def write_page(records: Sequence[dict[str, Any]], decode: Decoder, out: Path) -> None:
+def write_page(records: Sequence[Mapping[str, Any]], decode: Decoder, out: Path) -> None:
     """Write a self-contained page with every record."""
     texts = TokenTexts(decode)
     rows = [index_row(n, r) for n, r in enumerate(records)]
@@ -146,7 +147,7 @@ class TrajectoryIndex:
         self.path = path
         self.rows: list[dict[str, Any]] = []
         self.offsets: list[int] = []
-        self.records: list[dict[str, Any]] | None = None
+        self.records: list[ExportedRecord] | None = None
         if path.is_file() and path.suffix != ".parquet":
             for offset, line in _lines(path):
                 self.rows.append(index_row(len(self.rows), orjson.loads(line)))
@@ -155,7 +156,7 @@ class TrajectoryIndex:
             self.records = read_records(path)
             self.rows = [index_row(n, r) for n, r in enumerate(self.records)]
 
-    def record(self, number: int) -> dict[str, Any]:
+    def record(self, number: int) -> Mapping[str, Any]:
         """Record ``number`` of the file (read again from its line for JSONL)."""
         if self.records is not None:
             return self.records[number]

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from strands_tito.errors import MissingDependencyError
-from strands_tito.records import record_from_row
+from strands_tito.records import ExportedRecord, record_from_json, record_from_row
 
 GREEN, DIM, RED, RESET = "\033[32m", "\033[2m", "\033[31m", "\033[0m"
 #: Entry-point group of tokenizers known by a short name (the testing package's offline ``qwen3`` and ``tiny``),
@@ -53,7 +52,7 @@ class Decoder:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
 
-def _segments(record: dict[str, Any]) -> Iterable[tuple[bool, list[int], list[float | None]]]:
+def _segments(record: Mapping[str, Any]) -> Iterable[tuple[bool, list[int], list[float | None]]]:
     position = 0
     for is_output, length in record["segments"]:
         yield (
@@ -64,7 +63,7 @@ def _segments(record: dict[str, Any]) -> Iterable[tuple[bool, list[int], list[fl
         position += length
 
 
-def turn_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+def turn_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Per-turn numbers: new prompt tokens, output tokens, finish reason, cached tokens, output logprob stats."""
     rows = []
     for turn in record.get("turns", []):
@@ -84,7 +83,7 @@ def turn_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def summary(record: dict[str, Any]) -> str:
+def summary(record: Mapping[str, Any]) -> str:
     """One header line for a record."""
     output = sum(record["loss_mask"])
     state = "complete" if record.get("complete", True) else f"INCOMPLETE ({record.get('reason')})"
@@ -110,7 +109,7 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def render_text(record: dict[str, Any], decode: Decoder, color: bool = True) -> str:
+def render_text(record: Mapping[str, Any], decode: Decoder, color: bool = True) -> str:
     """Terminal view: output segments highlighted (they are what the loss trains on), then the turn table."""
     complete = record.get("complete", True)
     head = printable(summary(record))
@@ -129,10 +128,10 @@ def render_text(record: dict[str, Any], decode: Decoder, color: bool = True) -> 
     return "\n".join(lines)
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
+def read_records(path: Path) -> list[ExportedRecord]:
     """Records from a JSONL file or a Parquet file/directory written by the collector, as JSONL lines hold them."""
     if path.suffix == ".jsonl" or (path.is_file() and path.suffix != ".parquet"):
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [record_from_json(line) for line in path.read_text().splitlines() if line.strip()]
     try:
         import pyarrow.parquet as pq
     except ImportError as e:

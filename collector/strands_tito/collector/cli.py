@@ -1,4 +1,5 @@
-"""``strands-tito collect``: run the collector."""
+"""Run the collector: ``strands-tito-collector`` (this distribution's command), ``python -m strands_tito.collector``,
+or ``strands-tito collect`` in the full install; the same options in each."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from strands_tito.exporters import ExporterConfigError
 
+from .ingest import MAX_REQUEST_TOKENS
 from .service import BindError, CollectorConfig, serve
 from .store import StoreError
 
@@ -48,9 +50,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 # long: a declaration list, one statement per option
-def _parser() -> _Parser:
-    """The ``strands-tito collect`` options (a declaration list; :func:`parse_args` checks how they combine)."""
-    p = _Parser(prog="strands-tito collect", description="Receive OTLP spans, write trajectories.")
+def _parser(prog: str = "strands-tito collect") -> _Parser:
+    """The collector's options (a declaration list; :func:`parse_args` checks how they combine)."""
+    p = _Parser(prog=prog, description="Receive OTLP spans, write trajectories.")
     p.add_argument("--http", default="127.0.0.1:4318", help="OTLP/HTTP address (default 127.0.0.1:4318; port 0 = any)")
     p.add_argument("--grpc", default="127.0.0.1:4317", help="OTLP/gRPC address (default 127.0.0.1:4317; 'off' = none)")
     p.add_argument("--store", type=Path, default=Path(".strands-tito/collector"), help="store directory (SQLite, WAL)")
@@ -86,6 +88,12 @@ def _parser() -> _Parser:
         type=int,
         default=100_000,
         help="open trajectories at once; requests starting more get 503 until some finish (default 100000)",
+    )
+    p.add_argument(
+        "--max-request-tokens",
+        type=int,
+        default=MAX_REQUEST_TOKENS,
+        help=f"token ids one request may carry; spans past it are refused (default {MAX_REQUEST_TOKENS})",
     )
     p.add_argument(
         "--max-connections", type=int, default=256, help="HTTP connections at once; more get 503 (default 256)"
@@ -124,9 +132,9 @@ def options_table() -> str:
     return "\n".join(rows)
 
 
-def parse_args(argv: list[str]) -> CollectorConfig:
-    """Command-line options to a :class:`CollectorConfig`."""
-    p = _parser()
+def parse_args(argv: list[str], prog: str = "strands-tito collect") -> CollectorConfig:
+    """Command-line options to a :class:`CollectorConfig` (``prog``: the command's name in usage and errors)."""
+    p = _parser(prog)
     a = p.parse_args(argv)
     _check_ranges(p, a, argv)
     token = _secret(p, a.token, a.token_file, TOKEN)
@@ -167,6 +175,7 @@ def parse_args(argv: list[str]) -> CollectorConfig:
         max_inflight=a.max_inflight,
         max_connections=a.max_connections,
         max_open_trajectories=a.max_open_trajectories,
+        max_request_tokens=a.max_request_tokens,
         idle_timeout=a.idle_timeout,
         progress_interval=a.progress_interval,
         head_timeout=a.head_timeout,
@@ -187,8 +196,8 @@ def _check_ranges(p: argparse.ArgumentParser, a: argparse.Namespace, argv: list[
         p.error("--agl-key and --agl-model need --agl-url")
     if a.agl_ack_timeout < 0:
         p.error("--agl-ack-timeout must be >= 0")
-    if min(a.max_connections, a.max_open_trajectories) < 1:
-        p.error("--max-connections and --max-open-trajectories must be >= 1")
+    if min(a.max_connections, a.max_open_trajectories, a.max_request_tokens) < 1:
+        p.error("--max-connections, --max-open-trajectories and --max-request-tokens must be >= 1")
     if a.parquet_part_rows < 1 or a.parquet_linger < 0:
         p.error("--parquet-part-rows must be >= 1 and --parquet-linger >= 0")
     if min(a.head_timeout, a.body_timeout, a.shutdown_timeout) <= 0:
@@ -226,10 +235,10 @@ def _loopback(host: str) -> bool:
         return False  # a host name: it may resolve to anything
 
 
-def collect_main(argv: list[str]) -> int:
+def collect_main(argv: list[str], prog: str = "strands-tito collect") -> int:
     """Run until SIGINT/SIGTERM, then shut down gracefully (exit 0); 1 when an address cannot be bound or another
     collector has the store or it cannot be opened."""
-    config = parse_args(argv)
+    config = parse_args(argv, prog)
 
     async def run() -> None:
         task = asyncio.current_task()
@@ -243,9 +252,14 @@ def collect_main(argv: list[str]) -> int:
     try:
         asyncio.run(run())
     except ExporterConfigError as e:
-        print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
+        print(f"{prog}: {e}", file=sys.stderr, flush=True)
         return 2
     except (BindError, StoreError) as e:
-        print(f"strands-tito collect: {e}", file=sys.stderr, flush=True)
+        print(f"{prog}: {e}", file=sys.stderr, flush=True)
         return 1
     return 0
+
+
+def main() -> None:
+    """The ``strands-tito-collector`` command, which the collector distribution installs."""
+    sys.exit(collect_main(sys.argv[1:], "strands-tito-collector"))

@@ -4,24 +4,24 @@ Each loop takes a batch from the store (position recorded first, so a crash rewr
 writes it, and marks it done; a failed write is retried with backoff from the store. Anything else a round raises
 (the store, an exporter bug) is logged, counted and reported by :class:`~.telemetry.Health`, and the loop goes on.
 
-Some exporters gate the OTLP acknowledgement on delivery (Agent Lightning: the trainer reads a rollout as soon as its
-agent exits, and the agent's exit waits for the acknowledgement): :meth:`Delivery.hold` waits for them, bounded.
+What an exporter can do more is read from the protocols it satisfies (:mod:`strands_tito.exporters.base`): a
+:class:`~strands_tito.exporters.GatheringExporter` gets bigger batches, and an
+:class:`~strands_tito.exporters.AcknowledgingExporter` gates the OTLP acknowledgement on delivery (Agent Lightning: the
+trainer reads a rollout as soon as its agent exits, and the agent's exit waits for the acknowledgement):
+:meth:`Delivery.hold` waits for what its :meth:`~strands_tito.exporters.AcknowledgingExporter.deliver` yields, bounded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import random
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any
 
-from strands_tito.exporters import TrajectoryExporter
+from strands_tito.exporters import AcknowledgingExporter, GatheringExporter, TrajectoryExporter
 
 from .ingest import IngestResult
 from .store import Store
@@ -55,10 +55,7 @@ class Delivery:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._gathering: dict[str, float] = {}  # exporter -> when its oldest waiting trajectory was first seen
-        self._ack_exporters = [e for e in exporters if getattr(e, "ack_timeout", 0) > 0]
-        for exporter in self._ack_exporters:
-            if hasattr(exporter, "on_delivered"):
-                exporter.on_delivered = functools.partial(self.delivered, exporter.name)  # type: ignore[attr-defined]
+        self._ack_exporters = [e for e in exporters if isinstance(e, AcknowledgingExporter) and e.ack_timeout > 0]
         self._ack_lock = threading.Lock()
         self._ack_waiters: dict[tuple[str, str], list[Waiter]] = {}
         self._recently_delivered: OrderedDict[tuple[str, str], None] = OrderedDict()
@@ -118,7 +115,7 @@ class Delivery:
                 return False  # a failing exporter must not hold up shutdown; the batch stays in the store
             time.sleep(min(0.5, max(0.0, self.store.retry_at(batch.batch_id) - time.time())))
             return True
-        rows = int(getattr(exporter, "batch_rows", self.batch_size))
+        rows = exporter.batch_rows if isinstance(exporter, GatheringExporter) else self.batch_size
         if batch is None and not stopping and self._lingers(exporter, rows):
             return True
         if batch is None:
@@ -131,7 +128,11 @@ class Delivery:
             wakeup.wait(1.0)
             return True
         try:
-            exporter.write(batch.records, batch.position)
+            if isinstance(exporter, AcknowledgingExporter) and exporter in self._ack_exporters:
+                for trajectory_id in exporter.deliver(batch.records, batch.position):
+                    self.delivered(exporter.name, trajectory_id)
+            else:
+                exporter.write(batch.records, batch.position)
         except Exception as e:
             delay = min(60.0, 2.0 ** min(batch.attempts, 6)) * random.uniform(0.5, 1.0)
             self.metrics.export_failures[exporter.name] = self.metrics.export_failures.get(exporter.name, 0) + 1
@@ -148,9 +149,9 @@ class Delivery:
         return True
 
     def _lingers(self, exporter: TrajectoryExporter, rows: int) -> bool:
-        """Whether to let finished trajectories gather for a bigger batch (exporters with ``linger_seconds``), after
-        waiting a little for more."""
-        linger = float(getattr(exporter, "linger_seconds", 0.0))
+        """Whether to let finished trajectories gather for a bigger batch (a gathering exporter), after waiting a
+        little for more."""
+        linger = exporter.linger_seconds if isinstance(exporter, GatheringExporter) else 0.0
         if linger <= 0:
             return False
         wakeup = self._wakeups[exporter.name]
@@ -185,7 +186,7 @@ class Delivery:
             (exporter, tid)
             for tid, resource in result.trajectories.items()
             for exporter in self._ack_exporters
-            if _acknowledges(exporter, resource)
+            if exporter.acknowledges(resource)
         ]
         if not wanted:
             return
@@ -194,9 +195,9 @@ class Delivery:
         if wanted:
             await self._wait_delivered(wanted)
 
-    async def _wait_delivered(self, wanted: list[tuple[TrajectoryExporter, str]]) -> None:
+    async def _wait_delivered(self, wanted: list[tuple[AcknowledgingExporter, str]]) -> None:
         loop = asyncio.get_running_loop()
-        waits: list[tuple[TrajectoryExporter, str, asyncio.Future[None]]] = []
+        waits: list[tuple[AcknowledgingExporter, str, asyncio.Future[None]]] = []
         with self._ack_lock:
             for exporter, tid in wanted:
                 key = (exporter.name, tid)
@@ -215,7 +216,7 @@ class Delivery:
                     future.set_result(None)
             pending = [future for _, _, future in waits if not future.done()]
             if pending:
-                timeout = max(float(getattr(exporter, "ack_timeout", 0)) for exporter, _, _ in waits)
+                timeout = max(exporter.ack_timeout for exporter, _, _ in waits)
                 started = time.monotonic()
                 await asyncio.wait(pending, timeout=timeout)
                 late = [(e.name, tid) for e, tid, future in waits if not future.done()]
@@ -249,11 +250,6 @@ class Delivery:
         for loop, future in waiters:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
                 loop.call_soon_threadsafe(_resolve, future)
-
-
-def _acknowledges(exporter: TrajectoryExporter, resource: Mapping[str, Any]) -> bool:
-    acknowledges = getattr(exporter, "acknowledges", None)
-    return bool(acknowledges(resource)) if acknowledges is not None else True
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -27,6 +27,7 @@ from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord, quarant
 from strands_tito.errors import StrandsTitoError
 from strands_tito.otlp import attributes_of
 from strands_tito.records import AGL_IDENTITY_KEYS, agl_identity_error
+from strands_tito.replay import TOP_P_IDS
 
 from .store import Store, StoredSpan
 
@@ -39,6 +40,27 @@ class PayloadTooLarge(StrandsTitoError, ValueError):
 
 class TooManyOpen(StrandsTitoError, RuntimeError):
     """The request starts new trajectories while ``max_open`` are open (the client retries later)."""
+
+
+MAX_REQUEST_TOKENS = 2**20
+"""Default ``--max-request-tokens``: token ids (prompt, output and top-p sets) one request may carry. Decoding and
+assembling cost up to about 190 bytes per token at peak (docs/collector-faults.md), so about 200 MiB; the first turn
+of a 1M-token context window still fits (an agent sends a span larger than its 4 MiB batches alone)."""
+_TOKEN_KEYS = frozenset({spans.PROMPT_IDS, spans.OUTPUT_IDS, TOP_P_IDS})
+
+
+def token_count(span: Span) -> int:
+    """Token ids a span's arrays hold (prompt, output, top-p sets), read from its protobuf without decoding them:
+    4 bytes each packed, one array entry each otherwise."""
+    count = 0
+    for pair in span.attributes:
+        if pair.key in _TOKEN_KEYS:
+            kind = pair.value.WhichOneof("value")
+            if kind == "bytes_value":
+                count += len(pair.value.bytes_value) // 4
+            elif kind == "array_value":
+                count += len(pair.value.array_value.values)
+    return count
 
 
 @dataclass
@@ -65,6 +87,9 @@ class Ingestor:
         store: The durable store.
         exporters: Names of the exporters every finished trajectory is queued for.
         on_finished: Called (outside the lock) after trajectories were moved to the outbox.
+        max_open: Open trajectories at once (``--max-open-trajectories``).
+        max_request_tokens: Token ids one request may carry (``--max-request-tokens``); a span that would pass it is
+            refused with the reason before its arrays are read, and the request's other spans are taken.
     """
 
     def __init__(
@@ -73,9 +98,11 @@ class Ingestor:
         exporters: list[str],
         on_finished: Callable[[], None] = lambda: None,
         max_open: int = 100_000,
+        max_request_tokens: int = MAX_REQUEST_TOKENS,
     ) -> None:
         self.store = store
         self.max_open = max_open
+        self.max_request_tokens = max_request_tokens
         self.exporters = exporters
         # Only span references stay in memory; a trajectory's payload is read back from the store when it ends, so
         # memory does not grow with the number of trajectories in flight.
@@ -175,10 +202,21 @@ class Ingestor:
     ) -> list[tuple[StoredSpan, spans.Decoded]]:
         """Validate every strands-tito span of a request; invalid ones go to ``result.errors``."""
         candidates: list[tuple[StoredSpan, spans.Decoded]] = []
+        tokens = 0
         for resource_spans in request.resource_spans:
             resource = _json_safe(attributes_of(resource_spans.resource.attributes))
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
+                    # Counted on the protobuf, before any array becomes Python objects (the costly step).
+                    span_tokens = token_count(span)
+                    if tokens + span_tokens > self.max_request_tokens:
+                        result.errors.append(
+                            f"span {span.span_id.hex()[:16]}: its {span_tokens} token ids would bring the request "
+                            f"to {tokens + span_tokens}; the collector takes at most {self.max_request_tokens} per "
+                            "request (--max-request-tokens)"
+                        )
+                        continue
+                    tokens += span_tokens
                     attributes = attributes_of(span.attributes)
                     if not spans.is_tito_span(attributes):
                         result.ignored += 1

@@ -21,11 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from strands_tito.errors import StrandsTitoError
-from strands_tito.exporters import TrajectoryExporter, make_exporter
+from strands_tito.exporters import (
+    CheckedExporter,
+    ExporterSettings,
+    TrajectoryExporter,
+    checked_exporter,
+    make_exporter,
+)
 
 from .accept import AcceptPath, Limits
 from .delivery import Delivery
-from .ingest import Ingestor
+from .ingest import MAX_REQUEST_TOKENS, Ingestor
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
 from .store import Store
@@ -61,6 +67,8 @@ class CollectorConfig:
     max_connections: int = 256
     max_open_trajectories: int = 100_000
     """Open trajectories held at once; a request that starts another one past it is answered 503 (retried)."""
+    max_request_tokens: int = MAX_REQUEST_TOKENS
+    """Token ids one request may carry; a span past it is refused with the reason, the others are taken."""
     """HTTP connections served at once; more are answered 503 and closed (one log line per burst)."""
     max_store_bytes: int = 10 * 1024**3
     idle_timeout: float = 600.0
@@ -84,15 +92,22 @@ class Collector:
     """Receives OTLP, keeps spans durable, assembles trajectories and feeds the exporters."""
 
     def __init__(self, config: CollectorConfig, exporters: list[TrajectoryExporter] | None = None) -> None:
+        """Build the seams; ``exporters`` (default: those ``config`` names, built by the exporter registry) are
+        checked against the exporter contract.
+
+        Raises:
+            ExporterConfigError: an exporter cannot work with its settings or does not follow the contract.
+        """
         self.config = config
-        self.exporters = exporters if exporters is not None else _exporters(config)
+        self.exporters = [checked_exporter(e) for e in exporters] if exporters is not None else _exporters(config)
         self.store = Store(config.store)
         self.metrics = Metrics()
         self.health = Health(self.metrics)
         self.delivery = Delivery(self.store, self.exporters, self.metrics, self.health, config.batch_size)
         self.ingestor = Ingestor(
-            self.store, [e.name for e in self.exporters], self.delivery.wake, config.max_open_trajectories
-        )
+            self.store, [e.name for e in self.exporters], self.delivery.wake, config.max_open_trajectories,
+            config.max_request_tokens,
+        )  # fmt: skip
         limits = Limits(
             config.token, config.max_body_bytes, config.max_decompressed_bytes, config.max_inflight,
             config.max_store_bytes,
@@ -122,9 +137,8 @@ class Collector:
             BindError: an address cannot be bound (nothing is left running).
         """
         for exporter in self.exporters:
-            check = getattr(exporter, "check", None)
-            if check is not None:
-                await asyncio.to_thread(check)
+            if isinstance(exporter, CheckedExporter):
+                await asyncio.to_thread(exporter.check)
         replayed = await asyncio.to_thread(self.ingestor.recover)
         logger.info("replayed=<%d>, store=<%s> | recovered open trajectories", replayed, self.config.store)
         try:
@@ -238,23 +252,17 @@ class Collector:
 
 
 def _exporters(config: CollectorConfig) -> list[TrajectoryExporter]:
-    exporters = [
-        make_exporter(s, parquet_rows=config.parquet_rows_per_part, parquet_linger=config.parquet_linger)
-        for s in config.outputs
-    ]
-    if config.agl_url:
-        from strands_tito.exporters.agentlightning import AgentLightningExporter
-
-        exporters.append(
-            AgentLightningExporter(
-                config.agl_url,
-                config.agl_key,
-                Path(config.store).with_name("agentlightning.db"),
-                ack_timeout=config.agl_ack_timeout,
-                model=config.agl_model,
-            )
-        )
-    return exporters
+    """The exporters ``config`` names (its outputs, then Agent Lightning's when ``agl_url`` is set)."""
+    settings = ExporterSettings(
+        parquet_rows=config.parquet_rows_per_part,
+        parquet_linger=config.parquet_linger,
+        agl_key=config.agl_key,
+        agl_journal=Path(config.store).with_name("agentlightning.db"),
+        agl_ack_timeout=config.agl_ack_timeout,
+        agl_model=config.agl_model,
+    )
+    specs = [*config.outputs, *([f"agentlightning:{config.agl_url}"] if config.agl_url else [])]
+    return [make_exporter(spec, settings) for spec in specs]
 
 
 async def serve(config: CollectorConfig, ready: asyncio.Event | None = None) -> None:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from strands_tito.errors import StrandsTitoError
+from strands_tito.records import ExportedRecord, record_from_json
 
 BATCH_BYTES = 16 * 1024 * 1024
 """Most record text in one export batch (a record is about 10x its text as Python objects while exported)."""
@@ -98,7 +99,7 @@ class Batch:
     exporter: str
     position: str
     attempts: int
-    records: list[dict[str, Any]]
+    records: list[ExportedRecord]
 
 
 class StoreError(StrandsTitoError, OSError):
@@ -254,7 +255,7 @@ class Store:
             ).fetchone()
         return list(json.loads(row[0])) if row else []
 
-    def finish(self, trajectory_id: str, record: dict[str, Any], exporters: list[str]) -> None:
+    def finish(self, trajectory_id: str, record: ExportedRecord, exporters: list[str]) -> None:
         """Move a finished trajectory from its spans to the outbox of every exporter, atomically."""
         text = json.dumps(record, separators=(",", ":"), allow_nan=False)
         with self._transaction() as db:
@@ -289,7 +290,7 @@ class Store:
             records = self._db.execute(
                 "SELECT record FROM outbox WHERE batch_id = ? ORDER BY rowid", (row[0],)
             ).fetchall()
-        return Batch(row[0], exporter, row[1], row[2], [json.loads(r[0]) for r in records])
+        return Batch(row[0], exporter, row[1], row[2], [record_from_json(r[0]) for r in records])
 
     def retry_at(self, batch_id: int) -> float:
         """When a failed batch may be tried again."""
@@ -321,7 +322,7 @@ class Store:
             assert batch_id is not None
             db.executemany("UPDATE outbox SET batch_id = ? WHERE rowid = ?", [(batch_id, r) for r in rowids])
             rows = db.execute("SELECT record FROM outbox WHERE batch_id = ? ORDER BY rowid", (batch_id,)).fetchall()
-        return Batch(batch_id, exporter, position, 0, [json.loads(r[0]) for r in rows])
+        return Batch(batch_id, exporter, position, 0, [record_from_json(r[0]) for r in rows])
 
     def batch_failed(self, batch_id: int, retry_in: float) -> None:
         """Count a failed attempt and set when to try again."""

@@ -27,7 +27,7 @@ import math
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -36,7 +36,7 @@ import httpx
 import orjson
 
 from strands_tito.errors import MissingDependencyError, StrandsTitoError
-from strands_tito.records import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID, agl_identity_error
+from strands_tito.records import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID, ExportedRecord, agl_identity_error
 
 from .base import ExporterConfigError
 
@@ -73,15 +73,16 @@ def _require_agentlightning() -> Any:
     try:
         from agentlightning import schemas
     except ImportError as e:  # pragma: no cover - depends on the environment
-        raise ExporterConfigError(
-            str(MissingDependencyError("the Agent Lightning exporter", "agentlightning", "agentlightning"))
-        ) from e
+        missing = MissingDependencyError(
+            "the Agent Lightning exporter", "agentlightning", "agentlightning", "strands-tito-collector"
+        )
+        raise ExporterConfigError(str(missing)) from e
     return schemas
 
 
-def identity(record: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``(rollout_id, attempt_id)`` of a trajectory record, or None when it was not made under Agent Lightning."""
-    resource = record.get("resource") or {}
+def identity(resource: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``(rollout_id, attempt_id)`` from a trajectory's resource attributes, or None when it was not made under Agent
+    Lightning."""
     rollout = resource.get(AGL_ROLLOUT_ID)
     if not isinstance(rollout, str) or not rollout:
         return None
@@ -98,7 +99,7 @@ def _version(value: Any) -> int | None:
     return None
 
 
-def _calls(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _calls(record: ExportedRecord) -> list[dict[str, Any]]:
     """Every model call of a record as ``prompt``, ``output``, ``logprobs`` and what the server said."""
     if record.get("calls"):
         return [
@@ -199,7 +200,7 @@ def _model_request(schemas: Any, tid: str, index: int, call: Mapping[str, Any], 
     return data
 
 
-def build_events(record: Mapping[str, Any], model: str | None = None) -> list[dict[str, Any]]:
+def build_events(record: ExportedRecord, model: str | None = None) -> list[dict[str, Any]]:
     """The events for one trajectory record, in order, as validated ``EventCreate`` bodies.
 
     A complete record gives one ``model_request`` per model call, then one ``reward`` per recorded reward (the
@@ -208,7 +209,7 @@ def build_events(record: Mapping[str, Any], model: str | None = None) -> list[di
     it).
 
     Args:
-        record: ``TrajectoryRecord.to_dict()``.
+        record: The trajectory record.
         model: The model name to report; default: the record's ``model_id``.
     """
     schemas = _require_agentlightning()
@@ -263,8 +264,6 @@ class AgentLightningExporter:
         self.url = url.rstrip("/")
         self.ack_timeout = ack_timeout
         self.model = model
-        self.on_delivered: Callable[[str], None] | None = None
-        """Set by the collector: called with a trajectory id once all its events are on the server."""
         # max_retries=0: AgentLightningSyncClient.get would otherwise retry by itself; retries belong to the
         # collector's backoff.
         self._client = AgentLightningSyncClient(
@@ -279,11 +278,11 @@ class AgentLightningExporter:
         self._lock = threading.Lock()
         self._absent: dict[str, int] = {}  # event known not to be stored (the server answered 4xx), per trajectory
 
-    # -- collector hooks ---------------------------------------------------------------------------------------------
+    # -- the exporter contract (with CheckedExporter and AcknowledgingExporter) ---------------------------------------
 
     def acknowledges(self, resource: Mapping[str, Any]) -> bool:
         """Whether spans with this resource belong to an Agent Lightning rollout (their delivery gates the ack)."""
-        return identity({"resource": resource}) is not None
+        return identity(resource) is not None
 
     def check(self) -> None:
         """Probe the server once at start-up: a rejected key or a URL that is not Agent Lightning stops the collector.
@@ -317,14 +316,22 @@ class AgentLightningExporter:
                 response.status_code,
             )
 
-    # -- the exporter contract ---------------------------------------------------------------------------------------
-
     def next_position(self) -> str:
         """A fresh batch id (progress is kept per trajectory in the journal)."""
         return uuid.uuid4().hex
 
-    def write(self, records: Sequence[dict[str, Any]], position: str) -> None:
+    def write(self, records: Sequence[ExportedRecord], position: str) -> None:
         """Post every event of every Agent Lightning trajectory in ``records`` not yet on the server, in order.
+
+        Raises:
+            AgentLightningError: as :meth:`deliver`.
+        """
+        for _ in self.deliver(records, position):
+            pass
+
+    def deliver(self, records: Sequence[ExportedRecord], position: str) -> Iterator[str]:
+        """:meth:`write`, yielding the id of each Agent Lightning trajectory once all its events are on the server
+        (or it was skipped for good: an unknown rollout, a refused event).
 
         Raises:
             AgentLightningError: the server is unreachable, failing or refusing the key; what was posted is recorded,
@@ -336,7 +343,7 @@ class AgentLightningExporter:
             # batch at the same position, and the rows say everything is posted).
             self._db.execute("DELETE FROM progress WHERE position != ?", (position,))
         for record in records:
-            ids = identity(record)
+            ids = identity(record.get("resource") or {})
             if ids is None:
                 continue
             tid = record["trajectory_id"]
@@ -354,8 +361,7 @@ class AgentLightningExporter:
                 )
                 self._set_posted(tid, position, -1)
                 self._absent.pop(tid, None)
-            if self.on_delivered is not None:
-                self.on_delivered(tid)
+            yield tid
 
     def close(self) -> None:
         """Close the HTTP client and the journal."""

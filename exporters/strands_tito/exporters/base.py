@@ -1,30 +1,30 @@
-"""The exporter contract."""
+"""The exporter contract: one protocol every exporter follows, and one per optional capability.
+
+The collector learns what an exporter can do from which protocol it satisfies (``isinstance`` against these
+runtime-checkable protocols), never by probing for attributes; :func:`checked_exporter` refuses an object that lacks
+part of the contract, or that has part of a capability but not all of it (a misspelt hook would otherwise be ignored).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 from strands_tito.errors import StrandsTitoError
+from strands_tito.records import ExportedRecord
 
 
 class ExporterConfigError(StrandsTitoError, RuntimeError):
-    """An exporter cannot work with the settings it was given (the collector refuses to start)."""
+    """An exporter cannot work with the settings it was given, or does not follow the exporter contract (the
+    collector refuses to start)."""
 
 
+@runtime_checkable
 class TrajectoryExporter(Protocol):
-    """Writes batches of trajectory records (``TrajectoryRecord.to_dict()`` dictionaries).
+    """Writes batches of trajectory records.
 
     The collector writes one batch at a time per exporter and retries a failed batch (same records, same position)
     until it succeeds before it asks for the next position.
-
-    Optional, looked up with ``getattr``: ``batch_rows`` (records per batch) and ``linger_seconds`` (how long the
-    collector lets finished trajectories gather, durably in its store, until ``batch_rows`` are waiting);
-    ``check()`` (run once at start-up; raises :class:`ExporterConfigError` to stop the collector); and, for an
-    exporter whose delivery the agent must wait for, ``ack_timeout`` (seconds > 0), ``acknowledges(resource) ->
-    bool`` and ``on_delivered`` (the collector sets it to a callable taking a trajectory id): the collector holds the
-    OTLP acknowledgement of a request carrying spans of a finished trajectory whose resource the exporter
-    ``acknowledges`` until the exporter reports it delivered, for at most ``ack_timeout``.
 
     Attributes:
         name: Unique name; the collector keeps one outbox per exporter name.
@@ -36,7 +36,7 @@ class TrajectoryExporter(Protocol):
         """Where the next batch goes (opaque to the collector, which stores it before :meth:`write`)."""
         ...
 
-    def write(self, records: Sequence[dict[str, Any]], position: str) -> None:
+    def write(self, records: Sequence[ExportedRecord], position: str) -> None:
         """Write ``records`` at ``position`` durably, replacing whatever an interrupted earlier attempt left there."""
         ...
 
@@ -45,18 +45,90 @@ class TrajectoryExporter(Protocol):
         ...
 
 
-def make_exporter(spec: str, *, parquet_rows: int = 1000, parquet_linger: float = 30.0) -> TrajectoryExporter:
-    """An exporter from a command-line spec: ``jsonl:PATH`` or ``parquet:DIR`` (parts of up to ``parquet_rows``
-    records, gathered for up to ``parquet_linger`` seconds)."""
-    kind, _, target = spec.partition(":")
-    if not target:
-        raise ValueError(f"exporter spec {spec!r} needs a target, e.g. jsonl:out/trajectories.jsonl")
-    if kind == "jsonl":
-        from .jsonl import JsonlExporter
+@runtime_checkable
+class GatheringExporter(TrajectoryExporter, Protocol):
+    """An exporter that wants bigger batches: the collector lets finished trajectories gather, durably in its store,
+    for up to ``linger_seconds`` until ``batch_rows`` are waiting (Parquet: a part per minute, not per trajectory).
 
-        return JsonlExporter(target)
-    if kind == "parquet":
-        from .parquet import ParquetExporter
+    Attributes:
+        batch_rows: Records per batch (instead of the collector's ``batch_size``).
+        linger_seconds: Longest a finished trajectory waits for others to share its batch (0: no waiting).
+    """
 
-        return ParquetExporter(target, rows_per_part=parquet_rows, linger_seconds=parquet_linger)
-    raise ValueError(f"unknown exporter {kind!r} (known: jsonl, parquet)")
+    batch_rows: int
+    linger_seconds: float
+
+
+@runtime_checkable
+class CheckedExporter(TrajectoryExporter, Protocol):
+    """An exporter with a start-up check (e.g. a remote server that may refuse its key)."""
+
+    def check(self) -> None:
+        """Run once when the collector starts, in a worker thread.
+
+        Raises:
+            ExporterConfigError: the exporter cannot work; the collector does not start.
+        """
+        ...
+
+
+@runtime_checkable
+class AcknowledgingExporter(TrajectoryExporter, Protocol):
+    """An exporter whose delivery the agent waits for (Agent Lightning: the trainer reads a rollout as soon as its
+    agent exits).
+
+    The collector holds the OTLP acknowledgement of a request carrying spans of a finished trajectory whose resource
+    the exporter :meth:`acknowledges`, until :meth:`deliver` yields that trajectory, for at most ``ack_timeout``.
+    It calls :meth:`deliver` instead of :meth:`~TrajectoryExporter.write` when ``ack_timeout`` is above 0.
+
+    Attributes:
+        ack_timeout: Longest hold of an acknowledgement, in seconds (0: none).
+    """
+
+    ack_timeout: float
+
+    def acknowledges(self, resource: Mapping[str, Any]) -> bool:
+        """Whether the delivery of trajectories with this resource gates the acknowledgement."""
+        ...
+
+    def deliver(self, records: Sequence[ExportedRecord], position: str) -> Iterator[str]:
+        """:meth:`~TrajectoryExporter.write`, yielding each trajectory id as soon as it is delivered (or given up
+        for good), so that its agent is released before the rest of the batch is done."""
+        ...
+
+
+CAPABILITIES: tuple[type[TrajectoryExporter], ...] = (GatheringExporter, CheckedExporter, AcknowledgingExporter)
+"""The optional protocols, each all-or-nothing: an exporter has every member of one or none."""
+
+
+def _members(protocol: type) -> list[str]:
+    """The members a protocol declares itself (for a capability: what it adds to :class:`TrajectoryExporter`)."""
+    declared = vars(protocol)
+    methods = (name for name, value in declared.items() if callable(value) and not name.startswith("_"))
+    return sorted({*declared.get("__annotations__", {}), *methods})
+
+
+def checked_exporter(exporter: object) -> TrajectoryExporter:
+    """``exporter``, once it is known to follow the contract (what the collector does with each exporter it is given).
+
+    Raises:
+        ExporterConfigError: it lacks a member of :class:`TrajectoryExporter`, or has some members of an optional
+            protocol but not all (named in the message).
+    """
+    what = f"exporter {type(exporter).__name__}"
+    missing = [m for m in _members(TrajectoryExporter) if not hasattr(exporter, m)]
+    if missing:
+        raise ExporterConfigError(f"{what} is not a TrajectoryExporter: it lacks {', '.join(missing)}")
+    for protocol in CAPABILITIES:
+        members = _members(protocol)
+        present = [m for m in members if hasattr(exporter, m)]
+        if present and len(present) < len(members):
+            absent = [m for m in members if m not in present]
+            raise ExporterConfigError(
+                f"{what} has {', '.join(present)} of {protocol.__name__} but lacks {', '.join(absent)}"
+            )
+    for member in ("next_position", "write", "close"):
+        if not callable(getattr(exporter, member)):
+            raise ExporterConfigError(f"{what}: {member} is not a method")
+    assert isinstance(exporter, TrajectoryExporter)
+    return exporter

@@ -7,9 +7,8 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from strands_tito.records import jsonl_bytes
+from strands_tito.records import ExportedRecord, jsonl_bytes
 
 from .base import ExporterConfigError
 
@@ -24,10 +23,18 @@ class JsonlExporter:
     extends or truncates a file it did not write: when the path holds another file by then (rotated by logrotate's
     ``create``, replaced, or moved away and recreated here), the batch goes to the end of that file as it is; a file
     shorter than the offset (``copytruncate``) is appended to, not padded. A path with no file is created again.
+
+    Args:
+        path: The JSONL file (created, with its directory).
+        name: The exporter's name (default ``jsonl:PATH``).
+        shared: Other processes append to the same file (embedded capture in several agent processes): each batch is
+            appended in one ``O_APPEND`` write and never truncated, so no other process's lines are cut; the
+            position is not used, and a batch written twice appears twice (embedded capture writes each once).
     """
 
-    def __init__(self, path: str | os.PathLike[str], name: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], name: str | None = None, *, shared: bool = False) -> None:
         self.path = Path(path)
+        self.shared = shared
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.touch(exist_ok=True)
@@ -44,11 +51,14 @@ class JsonlExporter:
             os.close(fd)
         return f"{stat.st_ino}:{stat.st_size}"
 
-    def write(self, records: Sequence[dict[str, Any]], position: str) -> None:
+    def write(self, records: Sequence[ExportedRecord], position: str) -> None:
         """Write the batch at ``position`` (see the class) and fsync."""
         inode, _, offset_text = position.rpartition(":")  # a bare offset: a position from before inodes were kept
         offset = int(offset_text)
         data = jsonl_bytes(records)
+        if self.shared:
+            self._append(data)
+            return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             stat = os.fstat(fd)
@@ -72,6 +82,16 @@ class JsonlExporter:
                 with contextlib.suppress(OSError):  # no torn line left behind (a full disk wrote part of it)
                     os.ftruncate(fd, offset)
                 raise
+        finally:
+            os.close(fd)
+
+    def _append(self, data: bytes) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:  # one write for a regular file; the loop only covers an interrupted one
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
         finally:
             os.close(fd)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from strands_tito.errors import MissingDependencyError
-from strands_tito.records import RECORD_FIELDS, RECORD_KEYS, ParquetType
+from strands_tito.records import RECORD_FIELDS, RECORD_KEYS, ExportedRecord, ParquetType
 
 from .base import ExporterConfigError
 
@@ -47,7 +47,8 @@ class ParquetExporter:
         try:
             import pyarrow  # noqa: F401  (fail at start-up, not at the first batch, when pyarrow is missing)
         except ImportError as e:
-            raise ExporterConfigError(str(MissingDependencyError("Parquet output", "pyarrow", "parquet"))) from e
+            missing = MissingDependencyError("Parquet output", "pyarrow", "parquet", "strands-tito-collector")
+            raise ExporterConfigError(str(missing)) from e
 
         self.directory = Path(directory)
         try:
@@ -66,7 +67,7 @@ class ParquetExporter:
         self._next += 1
         return position
 
-    def write(self, records: Sequence[dict[str, Any]], position: str) -> None:
+    def write(self, records: Sequence[ExportedRecord], position: str) -> None:
         """Write the batch as one part file (atomically replacing a part left by an interrupted attempt)."""
         import pyarrow.parquet as pq
 
@@ -109,7 +110,7 @@ def _column(kind: ParquetType, values: list[Any]) -> Any:
     return pa.array(values, pa.list_(item[kind]))
 
 
-def _table(records: Sequence[dict[str, Any]]) -> Any:
+def _table(records: Sequence[ExportedRecord]) -> Any:
     """The batch as one pyarrow table, one column per record field."""
     import pyarrow as pa
 

@@ -7,6 +7,7 @@
 - ``spool_processor`` and ``spool`` deliver strands-tito spans over OTLP without dropping any (memory queue + disk
   spool).
 - ``openai`` captures stock Strands ``OpenAIModel`` agents.
+- ``deferred`` runs what garbage-collection finalizers queue (a released agent's end signal) on capture's own thread.
 
 Capture never imports the providers; the providers call into it.
 """

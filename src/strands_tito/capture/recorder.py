@@ -22,8 +22,7 @@ import time
 import weakref
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -31,12 +30,14 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 
 from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
+from strands_tito.capture.deferred import call_when_released, run_released_calls
 from strands_tito.capture.endpoint_check import endpoint_unreachable
 from strands_tito.capture.lineage import attach_span_tree, lineage_of
 from strands_tito.errors import StrandsTitoError
+from strands_tito.exporters import ExporterSettings, make_exporter
 from strands_tito.records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
 from strands_tito.records import AGL_ROLLOUT_ID as AGL_ROLLOUT_ID
-from strands_tito.records import agentlightning_identity_of, jsonl_bytes
+from strands_tito.records import agentlightning_identity_of
 from strands_tito.settings import CaptureConfigError as CaptureConfigError
 from strands_tito.settings import get_settings, variable
 from strands_tito.span_images import encode_images
@@ -50,9 +51,7 @@ ENV_CAPTURE = variable("capture").name
 ENV_ENCODING = variable("span_encoding").name
 
 _tracer = trace.get_tracer("strands_tito")
-# Re-entrant: end_trajectory also runs from garbage-collection finalizers (an agent released), which may fire on a
-# thread that holds this lock; a plain lock would deadlock there.
-_lock = threading.RLock()
+_lock = threading.RLock()  # re-entrant: garbage collection may run a finalizer on a thread that holds it
 
 
 class CallSequence(Protocol):
@@ -358,7 +357,7 @@ class AgentState(dict[str, Any]):
     trajectory by this type, without knowing the providers. Strands deep-copies ``model_state`` around every model
     call; this object hands out itself instead, so the trajectory is neither copied (O(length) per turn) nor lost. As
     a dict it serializes to ``{}`` with a session manager; a restored session then starts a new trajectory. The
-    trajectory gets its end signal ("released") when the state is garbage-collected.
+    trajectory gets its end signal ("released") from capture's thread once the state is garbage-collected.
     """
 
     def __init__(self, trajectory: Trajectory | CallSequence) -> None:
@@ -369,8 +368,7 @@ class AgentState(dict[str, Any]):
         #: The lineage of the agent's first sample on spans; later samples keep its episode, parent and agent.
         self.lineage: Lineage | None = None
         attach_span_tree()  # before the agent's spans start, so its sub-agents find it
-        finalizer = weakref.finalize(self, end_trajectory, trajectory, "released")
-        finalizer.atexit = False  # exit is handled by shutdown_capture, while the exporters are still up
+        call_when_released(self, end_trajectory, trajectory, "released")  # queued, sent by capture's thread
 
     @property
     def samples(self) -> Sequence[Trajectory | CallSequence]:
@@ -470,6 +468,7 @@ def record_reward(
 
 def _only_open_trajectory() -> tuple[Trajectory | CallSequence, list[str]]:
     """The trajectory (and every sample id of its agent) of the one agent with open trajectories in this process."""
+    run_released_calls()  # released agents' trajectories, still queued to end, are not open
     with _lock:
         active = list(_active.values())
     owners: dict[int, list[Trajectory | CallSequence]] = {}
@@ -490,6 +489,7 @@ def _only_open_trajectory() -> tuple[Trajectory | CallSequence, list[str]]:
 
 def shutdown_capture(timeout: float | None = None) -> None:
     """End every open trajectory and flush the tracer provider, waiting at most ``timeout`` seconds."""
+    run_released_calls()  # end signals of released agents still queued
     with _lock:
         pending = list(_open.values())
     logger.debug("open_trajectories=<%d> | ending open trajectories and flushing", len(pending))
@@ -517,37 +517,16 @@ def shutdown_capture(timeout: float | None = None) -> None:
         logger.error("timeout=<%s> | spans were still being exported at exit; some may be lost", limit)
 
 
-class TrajectoryFileWriter:
-    """Appends :class:`TrajectoryRecord` objects to a JSONL file, one line each, flushed per record."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[bytes] = self.path.open("ab")
-        self._lock = threading.Lock()
-
-    def write(self, record: TrajectoryRecord) -> None:
-        """Write one record."""
-        line = jsonl_bytes([record.to_dict()])
-        with self._lock:
-            self._file.write(line)
-            self._file.flush()
-
-    def close(self) -> None:
-        """Close the file."""
-        with self._lock:
-            self._file.close()
-
-
 class TrajectorySpanProcessor(SpanProcessor):
     """Embedded capture: reassembles trajectories from this process's spans and writes them to JSONL.
 
-    It uses the same :class:`TrajectoryAssembler` as the collector service.
+    It uses the same :class:`TrajectoryAssembler` as the collector service, and the collector's JSONL exporter (built
+    by the exporter registry, in its shared mode: agents in other processes may append to the same file).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.assembler = TrajectoryAssembler()
-        self.writer = TrajectoryFileWriter(path)
+        self.exporter = make_exporter(f"jsonl:{os.fspath(path)}", ExporterSettings(jsonl_shared=True))
         self._lock = threading.Lock()
         self.errors = 0
 
@@ -569,18 +548,21 @@ class TrajectorySpanProcessor(SpanProcessor):
         trace_id = format(span.context.trace_id, "032x") if span.context is not None else None
         with self._lock:
             for record in self.assembler.add(decoded, trace_id=trace_id, resource=resource):
-                self.writer.write(record)
+                self._write(record)
 
     def shutdown(self) -> None:
         """Write whatever is still open (as incomplete) and close the file."""
         with self._lock:
             for record in self.assembler.flush():
-                self.writer.write(record)
-            self.writer.close()
+                self._write(record)
+            self.exporter.close()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Records are written as soon as they complete; nothing is buffered."""
         return True
+
+    def _write(self, record: TrajectoryRecord) -> None:
+        self.exporter.write([record.to_dict()], self.exporter.next_position())
 
 
 def add_processors(provider: TracerProvider, processors: Sequence[SpanProcessor]) -> None:

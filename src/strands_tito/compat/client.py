@@ -5,7 +5,8 @@
 ``SGLangClient(url, retry=RetryPolicy(...))``, not by editing these.
 """
 
-from strands_tito.providers.client import CONTEXT_LENGTH_MARKERS, DEFAULT_MAX_CONNECTIONS, RetryPolicy, SGLangClient
+from strands_tito.providers.client import CONTEXT_LENGTH_MARKERS, DEFAULT_MAX_CONNECTIONS, RetryPolicy
+from strands_tito.providers.sglang_client import SGLangClient
 
 NON_RETRYABLE_STATUS_CODES = RetryPolicy().never_retry_statuses
 CONTEXT_LENGTH_PATTERNS = CONTEXT_LENGTH_MARKERS

@@ -1,6 +1,6 @@
 """``strands_sglang.exceptions``: the six client errors (strands-tito's own classes under their SGLang names)."""
 
-from strands_tito.providers.client import (
+from strands_tito.providers.sglang_client import (
     SGLangClientError,
     SGLangConnectionError,
     SGLangContextLengthError,

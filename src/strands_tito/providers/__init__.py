@@ -5,8 +5,9 @@
 - ``token_model`` (:class:`TokenModel`) is their shared base: per-agent trajectories, prompts, tool calls, limits,
   capture hooks and error mapping; ``generation`` holds what a provider sends and gets back (the request, the
   validated reply, the per-value reply checks and reply errors).
-- ``client`` (:class:`TokenClient`, with ``connection_pool``, its lean keep-alive pool) sends requests with retries
-  and deadlines.
+- ``client`` (:class:`TokenClient`, with ``connection_pool``, its lean keep-alive pool) is the backend-neutral
+  transport: retries, deadlines, cancellation; ``sglang_client`` (:class:`SGLangClient`) and ``vllm_client``
+  (:class:`VLLMClient`) add each backend's routes and name it in every message.
 - ``prompt`` encodes only the new messages each turn (``rendering`` renders real chat templates, ``families`` holds
   each model family's facts, ``reasoning`` splits reasoning from the answer text).
 - ``tool_parsers`` reads tool calls strictly, one module per format; ``limiter`` bounds the agent loop; ``slime``

@@ -1,7 +1,10 @@
-"""Async HTTP client for token-in/token-out servers: the transport, and SGLang's native API (`/generate`, ...).
+"""The backend-neutral HTTP transport of the token-in/token-out clients: pooling, retries, deadlines, cancellation.
 
-The client only moves bytes and classifies failures; what a reply *means* for a trajectory is decided by the model
-provider. Which failures are retried, and for how long, is one object: :class:`RetryPolicy`.
+:class:`TokenClient` knows no backend's routes: each backend's client (``SGLangClient`` in
+:mod:`~strands_tito.providers.sglang_client`, ``VLLMClient`` in :mod:`~strands_tito.providers.vllm_client`) adds its
+endpoints and its name, which every message, log line and error of the transport carries. The client only moves
+bytes and classifies failures; what a reply *means* for a trajectory is decided by the model provider. Which failures
+are retried, and for how long, is one object: :class:`RetryPolicy`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, ClassVar, Self
@@ -40,7 +43,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_CONNECTIONS = 256
 THROTTLING_STATUS_CODES = frozenset({429, 503})
 # Substrings of the 400 messages for a prompt that can never fit: a retry cannot fix them. SGLang's tokenizer_manager
-# and scheduler validation and its KV-pool check, then vLLM's.
+# and scheduler validation and its KV-pool check, then vLLM's (v0.32: the tokens endpoint's renderer, the OpenAI
+# endpoints and get_max_tokens). One list for both: a router in front of either may pass the other's wording on.
 CONTEXT_LENGTH_MARKERS = (
     "longer than the model's context length",
     "maximum context length",
@@ -108,25 +112,18 @@ class RetryPolicy:
         return float(delay / 2 + random.uniform(0, delay / 2))
 
 
-# The SGLang names of the backend-neutral generation errors (one class, two names; see strands_tito.errors).
-SGLangClientError = GenerationError
-SGLangHTTPError = ServerHTTPError
-SGLangContextLengthError = ContextLengthError
-SGLangThrottledError = ThrottledError
-SGLangConnectionError = ServerConnectionError
-SGLangDecodingError = ReplyDecodingError
-SGLangCancelledError = RequestCancelledError
+def classify_http_error(status: int, body: str, *, source: str = "the server") -> ServerHTTPError:
+    """Map an error status and body to the most specific :class:`ServerHTTPError` subclass.
 
-
-def classify_http_error(status: int, body: str) -> ServerHTTPError:
-    """Map an error status and body to the most specific :class:`ServerHTTPError` subclass."""
+    ``source`` opens the message: who answered, e.g. ``"SGLang (POST /generate)"``.
+    """
     if status == 400 and any(marker in body.lower() for marker in CONTEXT_LENGTH_MARKERS):
-        return ContextLengthError(
-            f"HTTP 400, the prompt does not fit the context: {body[:500]}", status=status, body=body
-        )
+        message = f"{source} returned HTTP 400, the prompt does not fit the context: {body[:500]}"
+        return ContextLengthError(message, status=status, body=body)
     if status in THROTTLING_STATUS_CODES:
-        return ThrottledError(f"HTTP {status}, the server is overloaded: {body[:500]}", status=status, body=body)
-    return ServerHTTPError(f"HTTP {status}: {body[:500]}", status=status, body=body)
+        message = f"{source} returned HTTP {status}, the server is overloaded: {body[:500]}"
+        return ThrottledError(message, status=status, body=body)
+    return ServerHTTPError(f"{source} returned HTTP {status}: {body[:500]}", status=status, body=body)
 
 
 def _retry_after_seconds(value: str | None) -> float | None:
@@ -144,11 +141,11 @@ def _retry_after_seconds(value: str | None) -> float | None:
 
 
 class TokenClient:
-    """Async client for one inference server with pooling, retries, an overall deadline and cancellation.
+    """The transport every backend's client shares: pooling, retries, an overall deadline and cancellation.
 
-    The transport (:meth:`request_json`) serves every backend; :meth:`generate`, :meth:`model_info` and
-    :meth:`is_multimodal` speak SGLang's native API. :class:`~strands_tito.providers.vllm.VLLMClient` adds vLLM's
-    endpoints. ``SGLangClient`` is this class's documented name for SGLang users (one class, two names).
+    It holds no route of any backend: :class:`~strands_tito.providers.sglang_client.SGLangClient` and
+    :class:`~strands_tito.providers.vllm_client.VLLMClient` derive from it, add their endpoints and set
+    :attr:`backend_name`, which the transport's messages, logs and errors carry.
 
     Args:
         base_url: Server root, e.g. ``http://127.0.0.1:30000``.
@@ -161,7 +158,7 @@ class TokenClient:
     """
 
     #: The backend this client speaks to, as messages name it (each backend's client sets its own).
-    backend_name: ClassVar[str] = "SGLang"
+    backend_name: ClassVar[str] = "the server"
 
     def __init__(
         self,
@@ -193,14 +190,12 @@ class TokenClient:
         self._http_loop: asyncio.AbstractEventLoop | None = None
         self._pool: ConnectionPool | None = None
         self._pool_loop: asyncio.AbstractEventLoop | None = None
-        # Plain http:// (the usual SGLang/router address) goes through the lean keep-alive pool; https and
+        # Plain http:// (the usual server or router address) goes through the lean keep-alive pool; https and
         # anything unusual through httpx.
         url = httpx.URL(self.base_url)
         self._plain = url.scheme == "http" and url.path in ("", "/") and url.host != ""
         self._address = (url.host, url.port or 80)
         self._max_model_len: int | None = None
-        self._is_multimodal: bool | None = None
-        self._reserved_tokens: int | None = None
 
     def _client(self) -> httpx.AsyncClient:
         # httpx pools are bound to the loop that opened them; a new loop (e.g. asyncio.run per rollout) gets a new
@@ -263,22 +258,27 @@ class TokenClient:
         return self.retry.backoff_base
 
     async def _send(self, method: str, path: str, body: bytes | None) -> HTTPReply:
+        where = f"{self.backend_name} ({method} {self.base_url}{path})"
         if self._plain:
             try:
                 return await self._lean_pool().request(method, path, body)
             except HTTPConnectError as e:
-                raise ServerUnreachableError(f"cannot connect to {self.base_url}: {e}") from e
+                raise ServerUnreachableError(f"cannot connect to {where}: {e}") from e
             except HTTPTransportError as e:
                 # Refused/reset connections, timeouts and bodies cut short by the server.
-                raise ServerConnectionError(f"{method} {self.base_url}{path} failed: {e}") from e
+                raise ServerConnectionError(f"{where} failed: {e}") from e
         headers = {"Content-Type": "application/json"} if body is not None else None
         try:
             response = await self._client().request(method, path, content=body, headers=headers)
         except httpx.ConnectError as e:
-            raise ServerUnreachableError(f"cannot connect to {self.base_url}: {e}") from e
+            raise ServerUnreachableError(f"cannot connect to {where}: {e}") from e
         except (httpx.TransportError, httpx.DecodingError) as e:
-            raise ServerConnectionError(f"{method} {self.base_url}{path} failed: {type(e).__name__}: {e}") from e
+            raise ServerConnectionError(f"{where} failed: {type(e).__name__}: {e}") from e
         return HTTPReply(response.status_code, dict(response.headers), response.content)
+
+    def http_error(self, method: str, path: str, status: int, body: str) -> ServerHTTPError:
+        """The error for an HTTP error reply, naming this backend and the route; a backend's client may add hints."""
+        return classify_http_error(status, body, source=f"{self.backend_name} ({method} {path})")
 
     async def request_json(self, method: str, path: str, payload: Any = None) -> Any:
         """Send one request with retries and return the decoded JSON body.
@@ -299,12 +299,13 @@ class TokenClient:
                 response = await self._send(method, path, body)
                 if response.status >= 400:
                     retry_after = _retry_after_seconds(response.headers.get("retry-after"))
-                    raise classify_http_error(response.status, response.text)
+                    raise self.http_error(method, path, response.status, response.text)
                 try:
                     return orjson.loads(response.content)
                 except orjson.JSONDecodeError as e:
                     raise ReplyDecodingError(
-                        f"{method} {path}: HTTP 200 with a body that is not JSON: {response.text[:200]!r}"
+                        f"{self.backend_name} ({method} {path}): HTTP 200 with a body that is not JSON: "
+                        f"{response.text[:200]!r}"
                     ) from e
             except (ServerConnectionError, ServerHTTPError) as error:
                 # A refused connection is bounded by unreachable_timeout instead of max_retries.
@@ -335,83 +336,35 @@ class TokenClient:
                 await asyncio.sleep(delay)
                 attempt += 1
 
-    async def generate(
-        self,
-        input_ids: Sequence[int],
-        *,
-        sampling_params: dict[str, Any] | None = None,
-        return_logprob: bool = False,
-        logprob_start_len: int = -1,
-        return_routed_experts: bool = False,
-        routed_experts_start_len: int = 0,
-        image_data: list[str] | None = None,
-        rid: str | None = None,
-        cancel_signal: threading.Event | None = None,
-        input_ids_json: bytes | None = None,
-        **fields: Any,
+    async def post(
+        self, path: str, payload: dict[str, Any], cancel_signal: threading.Event | None = None
     ) -> dict[str, Any]:
-        """POST ``/generate`` with token IDs and return the reply object (not yet validated).
+        """POST a JSON object with retries and return the reply object (not yet validated).
 
         Args:
-            input_ids: The whole prompt as token IDs.
-            sampling_params: SGLang sampling parameters (``max_new_tokens``, ``temperature``, ...).
-            return_logprob: Ask for logprobs.
-            logprob_start_len: First prompt position to return input logprobs for; -1 means none.
-            return_routed_experts: Ask for MoE routing (needs ``--enable-return-routed-experts`` on the server).
-            routed_experts_start_len: First position whose routing is returned.
-            image_data: Images for multimodal models.
-            rid: Request id (echoed as ``meta_info.id``).
+            path: The backend's route.
+            payload: The request body (``orjson.Fragment`` values are sent as they are).
             cancel_signal: When set while the request is in flight, the request is dropped (closing its connection,
-                which makes SGLang abort it) and :class:`RequestCancelledError` is raised.
-            input_ids_json: ``input_ids`` already serialized as a JSON array (sent as it is).
-            fields: Any other ``/generate`` field, sent as given (``lora_path``, ``return_hidden_states``,
-                ``custom_params``, ...); ``stream`` is always false.
+                which makes SGLang and vLLM abort it) and :class:`RequestCancelledError` is raised.
         """
-        payload: dict[str, Any] = {
-            "input_ids": orjson.Fragment(input_ids_json)
-            if input_ids_json is not None
-            else (input_ids if isinstance(input_ids, list) else list(input_ids)),
-            "sampling_params": sampling_params or {},
-            "return_logprob": return_logprob,
-            "logprob_start_len": logprob_start_len,
-            "stream": False,
-        }
-        if return_routed_experts:
-            payload["return_routed_experts"] = True
-            payload["routed_experts_start_len"] = routed_experts_start_len
-        if image_data:
-            payload["image_data"] = image_data
-        if rid is not None:
-            payload["rid"] = rid
-        if fields:
-            payload.update(fields)
-            payload["stream"] = False  # one JSON reply; a stream would not be read as one
-        request = self.request_json("POST", "/generate", payload)
-        if cancel_signal is None:
-            reply = await request
-        else:
-            reply = await until_cancelled(request, cancel_signal)
+        request = self.request_json("POST", path, payload)
+        what = f"{self.backend_name} request (POST {path})"
+        reply = await (request if cancel_signal is None else until_cancelled(request, cancel_signal, what))
         if not isinstance(reply, dict):
-            raise ReplyDecodingError(f"/generate returned a JSON {type(reply).__name__}, expected an object")
+            raise ReplyDecodingError(f"{what} returned a JSON {type(reply).__name__}, expected an object")
         return reply
 
     async def health(self) -> bool:
-        """True when ``GET /health`` answers 200."""
+        """True when ``GET /health`` (served by SGLang and vLLM alike) answers 200; one attempt, no retries."""
         try:
             response = await self._send("GET", "/health", None)
         except ServerConnectionError:
             return False
         return response.status == 200
 
-    async def model_info(self) -> dict[str, Any]:
-        """``GET /model_info`` (model path, modality flags, ...)."""
-        info = await self.request_json("GET", "/model_info")
-        if not isinstance(info, dict):
-            raise ReplyDecodingError("/model_info did not return a JSON object")
-        return info
-
     async def max_model_len(self) -> int | None:
-        """The served model's context length from ``GET /v1/models``; None if the server does not say.
+        """The served model's context length from the OpenAI-compatible ``GET /v1/models`` both backends serve
+        (``data[].max_model_len``); None if the server does not say.
 
         Only a successful answer is cached: a transient failure raises now and is asked again next time.
         """
@@ -424,54 +377,6 @@ class TokenClient:
                 return None
             self._max_model_len = found
         return self._max_model_len
-
-    async def is_multimodal(self) -> bool:
-        """Whether the model understands images (``/model_info`` ``has_image_understanding``); cached on success."""
-        if self._is_multimodal is None:
-            self._is_multimodal = bool((await self.model_info()).get("has_image_understanding", False))
-        return self._is_multimodal
-
-    async def reserved_tokens(self) -> int:
-        """Context an SGLang server with speculative decoding reserves per request for draft tokens, which
-        ``/v1/models`` does not subtract: read from ``/server_info`` (``/get_server_info`` on older servers) with
-        :func:`speculative_reservation`; 0 for a server without either route. Cached once known.
-
-        Raises:
-            GenerationError: The server could not be asked (asked again next time).
-        """
-        if self._reserved_tokens is None:
-            info: Any = None
-            for path in ("/server_info", "/get_server_info"):
-                try:
-                    info = await self.request_json("GET", path)
-                    break
-                except ServerHTTPError as e:
-                    if e.status != 404:
-                        raise
-            self._reserved_tokens = speculative_reservation(info if isinstance(info, dict) else {})
-        return self._reserved_tokens
-
-
-#: SGLang's algorithms whose ``is_eagle()`` is true: EAGLE, EAGLE3, FROZEN_KV_MTP (``srt/speculative/
-#: spec_info.py:102-109``) and NEXTN, an alias of EAGLE (``spec_registry.py:183``).
-RESERVING_ALGORITHMS = frozenset({"EAGLE", "EAGLE3", "FROZEN_KV_MTP", "NEXTN"})
-
-
-def speculative_reservation(server_info: Mapping[str, Any]) -> int:
-    """SGLang's ``compute_num_reserved_tokens`` (``srt/managers/utils.py:484-500``) from ``/server_info``: for an
-    EAGLE-like algorithm, max(``speculative_eagle_topk`` x ``speculative_num_steps``, the draft-token count), else 0.
-    ``TokenizerManager._validate_one_request`` adds it to the prompt (``tokenizer_manager.py:1333-1378``), so a
-    request fits only when prompt + reservation + ``max_new_tokens`` <= the context length."""
-    algorithm = server_info.get("speculative_algorithm")
-    if not isinstance(algorithm, str) or algorithm.upper() not in RESERVING_ALGORITHMS:
-        return 0
-
-    def number(key: str) -> int:
-        value = server_info.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-
-    drafts = max(number("speculative_num_draft_tokens"), number("max_speculative_num_draft_tokens"))
-    return max(number("speculative_eagle_topk") * number("speculative_num_steps"), drafts)
 
 
 class _CancelWatch:
@@ -533,7 +438,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_CancelWatch.after_fork)
 
 
-async def until_cancelled[T](coro: Coroutine[Any, Any, T], cancel_signal: threading.Event) -> T:
+async def until_cancelled[T](coro: Coroutine[Any, Any, T], cancel_signal: threading.Event, what: str = "request") -> T:
     """Await ``coro`` unless ``cancel_signal`` (a thread-safe flag) is set first; then cancel it.
 
     The flag is watched by a thread blocked on it (:class:`_CancelWatch`), so a request in flight costs the loop
@@ -543,7 +448,7 @@ async def until_cancelled[T](coro: Coroutine[Any, Any, T], cancel_signal: thread
     """
     task = asyncio.current_task()
     if task is None:  # not inside a task: nothing to cancel but the request itself
-        return await _in_own_task(coro, cancel_signal)
+        return await _in_own_task(coro, cancel_signal, what)
     state = {"fired": False, "done": False}
 
     def fire() -> None:
@@ -558,16 +463,12 @@ async def until_cancelled[T](coro: Coroutine[Any, Any, T], cancel_signal: thread
     except asyncio.CancelledError:
         if state["fired"]:
             task.uncancel()
-            raise RequestCancelledError("request cancelled by the caller's cancel signal") from None
+            raise RequestCancelledError(f"{what} cancelled by the caller's cancel signal") from None
         raise
     finally:
         state["done"] = True
         watch.discard(task)
 
 
-async def _in_own_task[T](coro: Coroutine[Any, Any, T], cancel_signal: threading.Event) -> T:
-    return await asyncio.ensure_future(until_cancelled(coro, cancel_signal))
-
-
-#: The documented name for SGLang users (and strands-sglang 0.6's): the same class as :class:`TokenClient`.
-SGLangClient = TokenClient
+async def _in_own_task[T](coro: Coroutine[Any, Any, T], cancel_signal: threading.Event, what: str) -> T:
+    return await asyncio.ensure_future(until_cancelled(coro, cancel_signal, what))

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import copy
 import itertools
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict, get_args, get_type_hints
 
 from strands.types.content import ContentBlock, Messages
 from strands.types.tools import ToolSpec
 
+from strands_tito.capture.deferred import call_when_released
 from strands_tito.capture.recorder import AgentState, end_trajectory
 from strands_tito.errors import GenerationError
 from strands_tito.providers.prompt import MessageFormatter, PromptEncoder, format_messages, format_tool_specs
@@ -118,8 +118,7 @@ class EpisodeState(AgentState):
         """
         self.closed.append(self.trajectory)
         self.trajectory = Trajectory()
-        finalizer = weakref.finalize(self, end_trajectory, self.trajectory, "released")
-        finalizer.atexit = False  # as for the first sample: exit is handled by capture's shutdown
+        call_when_released(self, end_trajectory, self.trajectory, "released")  # as for the first sample
         self.cursor = 0
         self.last_output_text = None
         self.held = []

@@ -22,9 +22,9 @@ from transformers import PreTrainedTokenizerBase
 from strands_tito import checks
 from strands_tito.checks import Missing, WeightVersionSpan
 from strands_tito.errors import GenerationError
-from strands_tito.providers.client import SGLangClient, TokenClient
 from strands_tito.providers.generation import InvalidSampleError, weight_versions_of
 from strands_tito.providers.reply_checks import triple_logprobs
+from strands_tito.providers.sglang_client import SGLangClient
 from strands_tito.providers.token_model import (
     STATE_KEY,
     Generation,
@@ -128,13 +128,14 @@ class SGLangModel(TokenModel):
     response_error = SGLangResponseError
     aborted_error = SGLangAbortedError
     config_type = SGLangConfig
+    client: SGLangClient
     config: SGLangConfig
 
     def __init__(
         self,
         *,
         tokenizer: PreTrainedTokenizerBase,
-        client: TokenClient | None = None,
+        client: SGLangClient | None = None,
         base_url: str | None = None,
         tool_parser: ToolParser | str | None = None,
         **config: Any,

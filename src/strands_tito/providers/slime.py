@@ -21,7 +21,7 @@ from typing import Any
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from strands_tito.capture.recorder import lineage_of_trajectory
-from strands_tito.providers.client import SGLangClient
+from strands_tito.providers.sglang_client import SGLangClient
 from strands_tito.replay import decode_routed_experts, top_p_rows
 from strands_tito.trajectory import Trajectory
 

@@ -439,7 +439,9 @@ class TokenModel(Model):
                 raise ModelThrottledException(str(e)) from e
             if reply.finish_reason != "abort" or not policy.retry_aborted or attempt >= policy.max_retries:
                 return reply
-            logger.warning("attempt=<%d> | the server aborted the generation; sending it again", attempt + 1)
+            logger.warning(
+                "attempt=<%d> | %s aborted the generation; sending it again", attempt + 1, self.client.backend_name
+            )
             await asyncio.sleep(policy.delay(attempt))
             attempt += 1
 

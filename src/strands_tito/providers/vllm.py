@@ -1,16 +1,9 @@
 """`VLLMModel`: a token-in/token-out Strands model provider over vLLM.
 
-Token ids go in, the server's token ids and logprobs come back, and generated tokens are never re-tokenized. Two
-vLLM endpoints can do that:
-
-* ``POST /inference/v1/generate`` (vLLM's tokens-in/tokens-out endpoint): ``{"token_ids": [...],
-  "sampling_params": {...}}`` in, ``choices[0].token_ids`` and ``choices[0].logprobs.content[i].{token_id, logprob}``
-  out. The server registers it only with ``--enable-scale-out`` (or ``--tokens-only``); otherwise it answers 403.
-* ``POST /v1/completions`` with a token-id ``prompt`` and ``return_token_ids: true``: ``choices[0].token_ids`` and
-  ``choices[0].logprobs.token_logprobs``. Every vLLM OpenAI server has it.
-
-``endpoint="auto"`` (the default) uses the first and falls back to the second, once, if the server refuses it;
-``"generate"`` fails with an error naming ``--enable-scale-out`` instead; ``"completions"`` never tries the first.
+Token ids go in, the server's token ids and logprobs come back, and generated tokens are never re-tokenized. The two
+vLLM routes that do that, and the choice between them (``endpoint="auto"``, the default, falls back from
+``/inference/v1/generate`` to ``/v1/completions`` when the server lacks the first), are
+:class:`~strands_tito.providers.vllm_client.VLLMClient`'s; this module validates their replies.
 
 Everything else (per-agent trajectories, incremental prompts, strict tool parsing, context-window fitting, capture
 on spans, error mapping) is shared with :class:`~strands_tito.providers.sglang.SGLangModel` through
@@ -20,21 +13,16 @@ on spans, error mapping) is shared with :class:`~strands_tito.providers.sglang.S
 from __future__ import annotations
 
 import itertools
-import logging
-import threading
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, cast
 
 import orjson
 from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito.checks import WeightVersionSpan
-from strands_tito.errors import ContextLengthError, ReplyDecodingError, ServerHTTPError
-from strands_tito.providers.client import TokenClient, until_cancelled
 from strands_tito.providers.generation import InvalidSampleError, weight_versions_of
 from strands_tito.providers.reply_checks import finite_logprobs, keyed_logprobs
 from strands_tito.providers.token_model import (
@@ -48,6 +36,14 @@ from strands_tito.providers.token_model import (
     check_token_ids,
 )
 from strands_tito.providers.tool_parsers import ToolParser
+from strands_tito.providers.vllm_client import (
+    COMPLETIONS_PATH,
+    ENDPOINTS,
+    GENERATE_PATH,
+    Endpoint,
+    VLLMClient,
+    VLLMEndpointError,
+)
 from strands_tito.replay import npy_rows
 from strands_tito.trajectory import FinishReason
 
@@ -63,12 +59,6 @@ __all__ = [
     "VLLMResponseError",
 ]
 
-logger = logging.getLogger(__name__)
-
-GENERATE_PATH = "/inference/v1/generate"
-COMPLETIONS_PATH = "/v1/completions"
-Endpoint = Literal["auto", "generate", "completions"]
-_ENDPOINTS: tuple[str, ...] = ("auto", "generate", "completions")
 _TOKEN_ID_PREFIX = "token_id:"
 #: vLLM 0.33's value for a missing or infinite logprob (and NaN on the tokens endpoint; on ``/v1/completions`` a NaN
 #: fails to render and is a 400): never a real log-probability (docs/providers.md, "No invented logprobs").
@@ -95,10 +85,6 @@ class VLLMAbortedError(TokenAbortedError):
     """vLLM aborted the generation (``finish_reason`` ``"abort"`` or ``"error"``): an error, never a normal turn."""
 
 
-class VLLMEndpointError(ServerHTTPError):
-    """The server refuses or lacks the endpoint the configuration needs; the message names the vLLM flag to add."""
-
-
 class VLLMConfig(BaseModelConfig, HistoryConfig, total=False):
     """Configuration of :class:`VLLMModel`.
 
@@ -112,7 +98,8 @@ class VLLMConfig(BaseModelConfig, HistoryConfig, total=False):
             because vLLM computes them over the whole prompt and skips its prefix cache for such requests).
         return_prompt_token_ids: Ask ``/inference/v1/generate`` to echo the prompt ids and check them against what
             was sent (``/v1/completions`` always echoes them); costs O(context) bytes per turn.
-        endpoint: ``"auto"`` (default), ``"generate"`` or ``"completions"`` (see the module docs).
+        endpoint: ``"auto"`` (default), ``"generate"`` or ``"completions"``: which route the client uses (see
+            :mod:`~strands_tito.providers.vllm_client`).
         return_routed_experts: Record MoE routing (R3) as vLLM returns it (``--enable-return-routed-experts``).
         enable_thinking: Passed to the chat template; None keeps the template's default.
         context_window_limit: Context length; when unset it is read from the server's ``/v1/models``.
@@ -126,52 +113,6 @@ class VLLMConfig(BaseModelConfig, HistoryConfig, total=False):
     endpoint: Endpoint
     return_routed_experts: bool
     enable_thinking: bool | None
-
-
-class VLLMClient(TokenClient):
-    """Async client for one vLLM server: the pooling, retries, deadline and cancellation of :class:`TokenClient`,
-    with vLLM's endpoints and vLLM's wording in errors and logs.
-
-    Errors are the backend-neutral classes of :mod:`strands_tito.errors` (:class:`ContextLengthError` for prompts that
-    do not fit, including vLLM's own messages; :class:`ThrottledError`; :class:`ServerHTTPError`): mapped like SGLang's.
-    """
-
-    backend_name: ClassVar[str] = "vLLM"
-
-    async def request_json(self, method: str, path: str, payload: Any = None) -> Any:
-        """Send one request with retries (see :meth:`TokenClient.request_json`); errors name vLLM and its flags."""
-        try:
-            return await super().request_json(method, path, payload)
-        except ServerHTTPError as e:
-            body = e.body
-            if isinstance(e, ContextLengthError):
-                raise ContextLengthError(
-                    f"vLLM returned HTTP 400 on {path}: the prompt does not fit the context window "
-                    f"(the server's --max-model-len): {body[:500]}",
-                    status=e.status,
-                    body=body,
-                ) from e
-            message = f"vLLM returned HTTP {e.status} on {path}: {body[:500]}"
-            if e.status == 404 and '"model"' in body and "does not exist" in body:
-                message += " (set model_id= to a name the server serves: vllm serve --served-model-name)"
-            raise type(e)(message, status=e.status, body=body) from e
-
-    async def post(
-        self, path: str, payload: dict[str, Any], cancel_signal: threading.Event | None = None
-    ) -> dict[str, Any]:
-        """POST a JSON object and return the reply object (not yet validated); honours ``cancel_signal``."""
-        request = self.request_json("POST", path, payload)
-        reply = await (request if cancel_signal is None else until_cancelled(request, cancel_signal))
-        if not isinstance(reply, dict):
-            raise ReplyDecodingError(f"{path} returned a JSON {type(reply).__name__}, expected an object")
-        return reply
-
-
-def _endpoint_missing(error: ServerHTTPError) -> bool:
-    """403 from a server without ``--enable-scale-out``; 404/405 (FastAPI's own body) from one without the route."""
-    if error.status == 403:
-        return True
-    return error.status in (404, 405) and '"detail"' in error.body
 
 
 class VLLMModel(TokenModel):
@@ -224,10 +165,6 @@ class VLLMModel(TokenModel):
             config["model_id"] = model_id
         if sampling_params is not None:
             config["sampling_params"] = sampling_params
-        endpoint = config.get("endpoint", "auto")
-        if endpoint not in _ENDPOINTS:
-            raise ValueError(f"endpoint must be one of {_ENDPOINTS}, got {endpoint!r}")
-        self._fell_back = False
         super().__init__(
             tokenizer=tokenizer,
             client=client,
@@ -244,11 +181,9 @@ class VLLMModel(TokenModel):
 
     def update_config(self, **model_config: Any) -> None:
         """Update configuration keys (see :class:`VLLMConfig`)."""
-        if model_config.get("endpoint", "auto") not in _ENDPOINTS:
-            raise ValueError(f"endpoint must be one of {_ENDPOINTS}, got {model_config['endpoint']!r}")
+        if model_config.get("endpoint", "auto") not in ENDPOINTS:
+            raise ValueError(f"endpoint must be one of {ENDPOINTS}, got {model_config['endpoint']!r}")
         super().update_config(**model_config)
-        if "endpoint" in model_config:
-            self._fell_back = False
 
     def get_config(self) -> VLLMConfig:
         """Return the configuration."""
@@ -257,107 +192,34 @@ class VLLMModel(TokenModel):
     @property
     def endpoint_in_use(self) -> str:
         """The path the next request goes to (``/inference/v1/generate`` or ``/v1/completions``)."""
-        endpoint = self.config.get("endpoint", "auto")
-        if endpoint == "completions" or (endpoint == "auto" and self._fell_back):
-            return COMPLETIONS_PATH
-        return GENERATE_PATH
+        return self.client.path_for(self.config.get("endpoint", "auto"))
 
     # -- one request -----------------------------------------------------------------------------------------------
 
     async def _generate(self, request: GenerationRequest) -> Generation:
-        if self.endpoint_in_use == GENERATE_PATH:
-            try:
-                return await self._via_generate(request)
-            except ServerHTTPError as e:
-                if not _endpoint_missing(e):
-                    raise
-                if self.config.get("endpoint", "auto") == "generate":
-                    raise VLLMEndpointError(
-                        f"vLLM refused {GENERATE_PATH} (HTTP {e.status}): start the server with --enable-scale-out "
-                        f"(or --tokens-only), or use endpoint='completions' or 'auto'. Server said: {e.body[:300]}",
-                        status=e.status,
-                        body=e.body,
-                    ) from e
-                logger.warning(
-                    "status=<%d> | vLLM has no %s (start it with --enable-scale-out); using %s with token-id prompts",
-                    e.status,
-                    GENERATE_PATH,
-                    COMPLETIONS_PATH,
-                )
-                self._fell_back = True
-        return await self._via_completions(request)
-
-    def _common_sampling(self, request: GenerationRequest) -> dict[str, Any]:
         sampling = dict(request.sampling_params)
         if request.return_logprob:
             sampling["logprobs"] = 0  # the sampled token only
         if request.record and self.config.get("return_prompt_logprobs", False):
             sampling["prompt_logprobs"] = 0
-        return sampling
-
-    async def _via_generate(self, request: GenerationRequest) -> Generation:
-        payload: dict[str, Any] = {
-            "request_id": uuid.uuid4().hex,
-            "token_ids": _ids_json(request),
-            "sampling_params": self._common_sampling(request),
-            "stream": False,
-        }
-        model = self.config.get("model_id")
-        if model:
-            payload["model"] = model
-        if self.config.get("return_prompt_token_ids", False):
-            payload["return_token_ids"] = True
         start = time.perf_counter()
-        raw = await self.client.post(GENERATE_PATH, payload, request.cancel_signal)
+        source, raw = await self.client.generate_tokens(
+            self.config.get("endpoint", "auto"),
+            _ids_json(request),
+            sampling,
+            model=self.config.get("model_id") or None,
+            return_token_ids=bool(self.config.get("return_prompt_token_ids", False)),
+            cancel_signal=request.cancel_signal,
+        )
         latency = time.perf_counter() - start
-        choice, finish, stop_reason, output_ids = _choice(raw, GENERATE_PATH)
-        output_logprobs = None
-        if request.return_logprob and finish != "abort":
-            output_logprobs = _generate_logprobs(choice.get("logprobs"), output_ids)
-        reply = _Parsed(choice, finish, stop_reason, output_ids, output_logprobs, raw.get("prompt_token_ids"))
-        return self._finish(raw, request, reply, raw.get("prompt_logprobs"), latency, GENERATE_PATH)
-
-    async def _via_completions(self, request: GenerationRequest) -> Generation:
-        payload: dict[str, Any] = {
-            **self._common_sampling(request),
-            "prompt": _ids_json(request),
-            "return_token_ids": True,
-            # With logprobs, older servers without return_token_ids still identify each token ("token_id:N").
-            "return_tokens_as_token_ids": True,
-            # vLLM 0.33 (completion/protocol.py:182-189); older servers ignore it.
-            "return_weight_versions": True,
-            "stream": False,
-        }
-        payload.setdefault("logprobs", 0)
-        model = self.config.get("model_id")
-        if model:
-            payload["model"] = model
-        start = time.perf_counter()
-        raw = await self.client.post(COMPLETIONS_PATH, payload, request.cancel_signal)
-        latency = time.perf_counter() - start
-        choice, finish, stop_reason, output_ids = _choice(raw, COMPLETIONS_PATH, allow_missing_ids=True)
-        logprobs = choice.get("logprobs")
-        tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
-        if output_ids is None:
-            output_ids = _ids_from_logprob_tokens(logprobs)
-        elif (
-            isinstance(tokens, list)
-            and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens)
-            and _ids_from_logprob_tokens(logprobs) != output_ids
-        ):
-            raise VLLMResponseError(f"{COMPLETIONS_PATH} reply: token_ids and logprobs.tokens disagree")
-        output_logprobs = None
-        if request.return_logprob and finish != "abort":
-            output_logprobs = _completion_logprobs(logprobs, output_ids)
-        reply = _Parsed(choice, finish, stop_reason, output_ids, output_logprobs, choice.get("prompt_token_ids"))
-        return self._finish(raw, request, reply, choice.get("prompt_logprobs"), latency, COMPLETIONS_PATH)
+        parse = _parse_generate if source == GENERATE_PATH else _parse_completion
+        return self._finish(raw, request, parse(raw, request.return_logprob), latency, source)
 
     def _finish(
         self,
         raw: dict[str, Any],
         request: GenerationRequest,
         reply: _Parsed,
-        prompt_logprob_entries: Any,
         latency: float,
         source: str,
     ) -> Generation:
@@ -375,7 +237,7 @@ class VLLMModel(TokenModel):
                 raise VLLMResponseError(f"{source} reply: the server's prompt_token_ids differ from the ids sent")
         prompt_logprobs = None
         if request.record and self.config.get("return_prompt_logprobs", False) and finish != "abort":
-            prompt_logprobs = _prompt_logprobs(prompt_logprob_entries, input_ids, request.new_prompt, source)
+            prompt_logprobs = _prompt_logprobs(reply.prompt_logprob_entries, input_ids, request.new_prompt, source)
         cached = 0
         details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
         if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
@@ -453,6 +315,37 @@ class _Parsed:
     output_ids: list[int]
     output_logprobs: list[float | None] | None
     prompt_ids: Any
+    prompt_logprob_entries: Any
+
+
+def _parse_generate(raw: dict[str, Any], want_logprobs: bool) -> _Parsed:
+    """A ``/inference/v1/generate`` reply (prompt ids and prompt logprobs at the top level)."""
+    choice, finish, stop_reason, output_ids = _choice(raw, GENERATE_PATH)
+    output_logprobs = None
+    if want_logprobs and finish != "abort":
+        output_logprobs = _generate_logprobs(choice.get("logprobs"), output_ids)
+    prompt = raw.get("prompt_token_ids"), raw.get("prompt_logprobs")
+    return _Parsed(choice, finish, stop_reason, output_ids, output_logprobs, *prompt)
+
+
+def _parse_completion(raw: dict[str, Any], want_logprobs: bool) -> _Parsed:
+    """A ``/v1/completions`` reply (the ids in ``token_ids``, or as ``token_id:N`` logprob tokens on older servers)."""
+    choice, finish, stop_reason, output_ids = _choice(raw, COMPLETIONS_PATH, allow_missing_ids=True)
+    logprobs = choice.get("logprobs")
+    tokens = logprobs.get("tokens") if isinstance(logprobs, dict) else None
+    if output_ids is None:
+        output_ids = _ids_from_logprob_tokens(logprobs)
+    elif (
+        isinstance(tokens, list)
+        and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens)
+        and _ids_from_logprob_tokens(logprobs) != output_ids
+    ):
+        raise VLLMResponseError(f"{COMPLETIONS_PATH} reply: token_ids and logprobs.tokens disagree")
+    output_logprobs = None
+    if want_logprobs and finish != "abort":
+        output_logprobs = _completion_logprobs(logprobs, output_ids)
+    prompt = choice.get("prompt_token_ids"), choice.get("prompt_logprobs")
+    return _Parsed(choice, finish, stop_reason, output_ids, output_logprobs, *prompt)
 
 
 def _eos_ids(tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:

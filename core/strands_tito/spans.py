@@ -17,7 +17,7 @@ import numpy as np
 
 from strands_tito import checks
 from strands_tito.errors import StrandsTitoError
-from strands_tito.records import CALL_FIELDS
+from strands_tito.records import CallEntry
 from strands_tito.replay import ReplayDataError, decode_compact_routing, decode_top_p, replay_attributes
 from strands_tito.span_images import ImageSchemaError, SpanImage, decode_images
 from strands_tito.span_lineage import Lineage, LineageSchemaError, decode_lineage
@@ -182,13 +182,16 @@ class CallSpan:
     request_id: str | None = None
     lineage: Lineage = field(default_factory=lambda: Lineage())
 
-    def to_dict(self) -> dict[str, Any]:
-        """The call as an entry of a record's ``calls`` (:data:`~strands_tito.records.CALL_FIELDS`; plain JSON)."""
-        return {name: _plain(getattr(self, name)) for name in CALL_FIELDS}
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, list) else value
+    def to_dict(self) -> CallEntry:
+        """The call as an entry of a record's ``calls`` (:class:`~strands_tito.records.CallEntry`; plain JSON)."""
+        return {
+            "index": self.index,
+            "prompt_ids": list(self.prompt_ids),
+            "output_ids": list(self.output_ids),
+            "output_logprobs": list(self.output_logprobs),
+            "finish_reason": self.finish_reason,
+            "request_id": self.request_id,
+        }
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ from typing import Any, Literal, NamedTuple, TypeGuard, cast
 import numpy as np
 from numpy.typing import NDArray
 
+from strands_tito.records import WeightVersionRun
+
 __all__ = [
     "FINISH_REASONS",
     "FLOAT32_OVERFLOW",
@@ -357,7 +359,7 @@ def weight_version_spans(
     return tuple(spans)
 
 
-def weight_version_spans_json(spans: Sequence[WeightVersionSpan]) -> list[dict[str, Any]]:
+def weight_version_spans_json(spans: Sequence[WeightVersionSpan]) -> list[WeightVersionRun]:
     """Spans in the JSON form SGLang and vLLM send, and records and spans carry: ``[{version, start, end}]``."""
     return [{"version": s.version, "start": s.start, "end": s.end} for s in spans]
 

@@ -27,6 +27,7 @@ from strands_tito.checks import FinishReason as FinishReason  # the trajectory's
 from strands_tito.checks import WeightVersionSpan
 from strands_tito.errors import StrandsTitoError
 from strands_tito.prompt_ids import PromptIds
+from strands_tito.records import TokenFields, TurnEntry
 from strands_tito.replay import decode_routed_experts, routing_npy, top_p_rows
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class Turn:
         """Position of the first output token in the trajectory."""
         return self.prompt_start + self.prompt_length
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> TurnEntry:
         """Plain-JSON form (routing and top-p sets left out: the record has them for the whole trajectory)."""
         return {
             "index": self.index,
@@ -484,8 +485,8 @@ class Trajectory:
         """All turns' routing as one ``int32`` array of shape ``(len(self) - 1, num_layers, top_k)``."""
         return decode_routed_experts(self.routed_experts, num_layers=num_layers, top_k=top_k)
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form of the trajectory."""
+    def to_dict(self) -> TokenFields:
+        """Plain-JSON form of the trajectory (the token fields of a record)."""
         return {
             "trajectory_id": self.trajectory_id,
             "token_ids": list(self.token_ids),

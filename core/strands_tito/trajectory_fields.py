@@ -17,6 +17,7 @@ from pydantic import TypeAdapter, ValidationError
 from pydantic_core import core_schema
 
 from strands_tito import checks
+from strands_tito.records import WeightVersionRun
 from strands_tito.trajectory import FinishReason, Trajectory, TrajectoryError
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class TurnFields(TypedDict):
     latency_s: float | None
     request_id: str | None
     weight_version: str | None
-    weight_versions: NotRequired[list[dict[str, Any]]]
+    weight_versions: NotRequired[list[WeightVersionRun]]
     """Which weights sampled which output tokens: ``{version, start, end}`` runs (absent in older dumps)."""
     has_routed_experts: bool
     """Whether the next slice of ``routed_experts`` is this turn's."""

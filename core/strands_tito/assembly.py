@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from strands_tito.records import ExportedRecord, PrefixCheckEntry
 from strands_tito.span_lineage import Lineage
 from strands_tito.spans import CallSpan, Decoded, EndSpan, RewardSpan, SpanRef, TurnSpan
 from strands_tito.trajectory import FinishReason, Trajectory, TrajectoryError, pack_int32
@@ -50,8 +51,8 @@ class PrefixCheck:
     expected_length: int
     divergence: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form."""
+    def to_dict(self) -> PrefixCheckEntry:
+        """Plain-JSON form (an entry of a record's ``prefix_report``)."""
         return {
             "index": self.index,
             "shares_prefix": self.shares_prefix,
@@ -95,8 +96,8 @@ class TrajectoryRecord:
         """The last reward recorded (the convention Agent Lightning uses), or None."""
         return self.rewards[-1] if self.rewards else None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-JSON form: one line of a JSONL export (the fields of :data:`~strands_tito.records.RECORD_FIELDS`)."""
+    def to_dict(self) -> ExportedRecord:
+        """Plain-JSON form: one line of a JSONL export (:class:`~strands_tito.records.ExportedRecord`)."""
         return {
             "trajectory_id": self.trajectory_id,
             "complete": self.complete,

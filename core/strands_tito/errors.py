@@ -90,10 +90,11 @@ class StrandsTitoError(Exception):
 
 
 class MissingDependencyError(StrandsTitoError, ImportError):
-    """A feature needs a package of an optional extra that is not installed; the message names the extra."""
+    """A feature needs a package of an optional extra that is not installed; the message names the extra, of the
+    distribution that has it wherever the feature is installed (the collector's on a collector host)."""
 
-    def __init__(self, feature: str, package: str, extra: str) -> None:
-        super().__init__(f"{feature} needs the {package} package: pip install 'strands-tito[{extra}]'")
+    def __init__(self, feature: str, package: str, extra: str, distribution: str = "strands-tito") -> None:
+        super().__init__(f"{feature} needs the {package} package: pip install '{distribution}[{extra}]'")
         self.extra = extra
 
 
