@@ -150,6 +150,17 @@ def test_a_value_that_cannot_be_read_names_its_variable(name: str, value: str) -
         Settings.from_environ({name: value})
 
 
+def test_a_bad_value_never_stops_a_program_that_did_not_switch_capture_on(  # type: ignore[no-untyped-def]
+    monkeypatch, caplog
+) -> None:
+    monkeypatch.setenv("STRANDS_TITO_SPOOL_MAX_BYTES", "lots")
+    with caplog.at_level(logging.WARNING, logger="strands_tito.settings"):
+        assert get_settings().spool_max_bytes == Settings().spool_max_bytes  # first use: logged, default kept
+    assert "STRANDS_TITO_SPOOL_MAX_BYTES='lots'" in caplog.text
+    with pytest.raises(CaptureConfigError, match="STRANDS_TITO_SPOOL_MAX_BYTES"):
+        reload_settings()  # switching capture on: stops it, naming the variable
+
+
 def test_read_once_until_reloaded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STRANDS_TITO_SPAN_ENCODING", "array")
     first = get_settings()

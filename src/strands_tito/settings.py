@@ -10,8 +10,8 @@ environment. Setting a variable in code after that has no effect until :func:`re
 Deprecated variables (folded into another setting) still work for one release, with a one-line warning naming the
 replacement (``docs/migration.md``).
 
-Bottom layer: standard library only (the interpreter start-up hook may import it). The collector's settings are its
-own (``strands-tito collect``'s options, :mod:`strands_tito.collector.cli`).
+Light on purpose: the standard library and two core modules only (the interpreter start-up hook imports it). The
+collector's settings are its own (``strands-tito collect``'s options, :mod:`strands_tito.collector.cli`).
 """
 
 from __future__ import annotations
@@ -276,11 +276,12 @@ class Settings:
         return not capture_off(self.capture)
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Settings:
+    def from_environ(cls, environ: Mapping[str, str] | None = None, *, strict: bool = True) -> Settings:
         """Read every variable (``os.environ`` unless given); a deprecated one that is set logs one warning.
 
         Raises:
-            CaptureConfigError: a value that cannot be read, naming the variable.
+            CaptureConfigError: a value that cannot be read, naming the variable (``strict=False``: a warning, and
+                that setting keeps its default).
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
@@ -289,7 +290,12 @@ class Settings:
             raw = env.get(var.name, "").strip()
             if not raw:
                 continue
-            values[item.name] = _READERS[item.name](var.name, raw)
+            try:
+                values[item.name] = _READERS[item.name](var.name, raw)
+            except CaptureConfigError as error:
+                if strict:
+                    raise
+                logger.warning("strands-tito: %s; using the default", error)
             if var.replacement is not None:
                 _warn_deprecated(var)
         return cls(**values)
@@ -334,19 +340,21 @@ _lock = threading.Lock()
 
 
 def get_settings() -> Settings:
-    """The process's settings: read from the environment at the first call (or the last :func:`reload_settings`)."""
+    """The process's settings: those read when capture was switched on (:func:`reload_settings`), else read from the
+    environment now, once; there a value that cannot be read is logged and left at its default, since a program that
+    did not switch capture on must not stop for a capture setting."""
     current = _current
-    return current if current is not None else reload_settings()
+    return current if current is not None else reload_settings(strict=False)
 
 
-def reload_settings(environ: Mapping[str, str] | None = None) -> Settings:
+def reload_settings(environ: Mapping[str, str] | None = None, *, strict: bool = True) -> Settings:
     """Read the environment now and keep the result (capture calls it when it is switched on).
 
     Raises:
-        CaptureConfigError: a value that cannot be read, naming the variable.
+        CaptureConfigError: a value that cannot be read, naming the variable (unless ``strict`` is False).
     """
     global _current
-    settings = Settings.from_environ(environ)
+    settings = Settings.from_environ(environ, strict=strict)
     with _lock:
         _current = settings
     return settings
