@@ -2,7 +2,7 @@
 
 ``tests/data/templates/manifest.json`` records, per family, where its reference template comes from: the original,
 vendored beside the manifest with its source (repository, commit, path) and sha256, or llama.cpp's copy in the
-llama-cpp-python sdist, pinned by sha256. ``tests/test_template_provenance.py`` checks every hash.
+llama-cpp-python sdist, pinned by sha256. ``tests/testing/test_template_provenance.py`` checks every hash.
 """
 
 from __future__ import annotations

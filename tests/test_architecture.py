@@ -30,22 +30,6 @@ SOURCE_ROOTS = [source for _, source in DISTRIBUTIONS.values()]
 #: brings none of them.
 NOT_ON_A_COLLECTOR_HOST = ("strands", "transformers", "tokenizers", "jinja2")
 
-#: Modules of the bottom layer: plain data, the span codec, the assembler. They import no framework.
-BOTTOM = {
-    "strands_tito.errors",
-    "strands_tito.checks",
-    "strands_tito.trajectory",
-    "strands_tito.trajectory_fields",
-    "strands_tito.prompt_ids",
-    "strands_tito.spans",
-    "strands_tito.span_images",
-    "strands_tito.span_lineage",
-    "strands_tito.replay",
-    "strands_tito.records",
-    "strands_tito.settings",
-    "strands_tito.assembly",
-    "strands_tito.otlp",
-}
 #: What the bottom layer, the collector and the exporters must never import (agent side and frameworks).
 AGENT_SIDE = ("strands", "transformers", "tokenizers", "opentelemetry.sdk", "strands_tito.testing")
 PROVIDERS = ("strands_tito.providers",)
@@ -104,6 +88,8 @@ def within(module: str, prefixes: tuple[str, ...] | set[str]) -> bool:
 
 
 MODULES = dict(product_modules())
+#: Modules of the bottom layer, what core/ ships: plain data, the span codec, the assembler. They import no framework.
+BOTTOM = {name for name, path in MODULES.items() if path.is_relative_to(DISTRIBUTIONS["strands-tito-core"][1])}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -308,8 +294,10 @@ def test_what_the_collector_installs_imports_no_agent_framework(name: str) -> No
 
 
 def test_collector_and_exporters_load_no_agent_side_at_run_time() -> None:
-    modules = sorted(m for m in MODULES if within(m, ("strands_tito.collector", "strands_tito.exporters")))
-    forbidden = AGENT_SIDE + PROVIDERS + CAPTURE
+    """Everything the collector installs, imported (with ``import strands_tito`` first, the agent side's lazy
+    ``__init__`` in this checkout), loads no agent side."""
+    modules = sorted(set().union(*(shipped_by(d) for d in installed_with("strands-tito-collector"))))
+    forbidden = AGENT_SIDE + NOT_ON_A_COLLECTOR_HOST + PROVIDERS + CAPTURE
     script = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"
@@ -388,3 +376,20 @@ def test_module_and_function_sizes(name: str) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines: split it"
     assert not long_functions(path), f"split them, or write '{LONG_REASON} <reason>' next to the def"
+
+
+TESTS = ROOT / "tests"
+#: Test folders not named after a product package, and what each holds. Every other folder is a package's name.
+TEST_FOLDERS_BESIDES_PACKAGES = {
+    "core": "the core distribution (core/strands_tito, the bottom layer): the trajectory, checks, records, errors",
+    "cli": "the commands a user types (strands_tito.cli, the viewer), the README as written, the built wheel",
+    "data": "data files the tests share",
+}
+
+
+def test_the_tests_mirror_the_product() -> None:
+    """A test of ``strands_tito.X`` lives in ``tests/X/``; only this file, the whole project's rules, sits on top."""
+    packages = {name.split(".")[1] for name, path in MODULES.items() if path.name == "__init__.py" and "." in name}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert not folders - packages - set(TEST_FOLDERS_BESIDES_PACKAGES), "name a test folder after its package"
+    assert [p.name for p in TESTS.glob("test_*.py")] == [Path(__file__).name], "put a test in its package's folder"

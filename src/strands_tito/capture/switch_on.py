@@ -151,7 +151,12 @@ def keep_content_off_spans(environ: dict[str, str] | None = None) -> bool:
     if _settings_of(environ).span_content or env.get(SEMCONV_OPT_IN, "").strip():
         return False
     env[SEMCONV_OPT_IN] = CONTENT_OFF
-    if environ is None and strands_sdk.tracer_created():
+    try:
+        late = environ is None and strands_sdk.tracer_created()
+    except UpstreamChangedError as error:  # only a warning depends on it: capture still switches on
+        logger.warning("cannot tell whether Strands created its tracer already: %s", error)
+        late = False
+    if late:
         logger.warning(
             "Strands created its tracer before capture was switched on; its spans keep the conversation text "
             "(switch capture on before the first Agent, or set %s=%s yourself)",
