@@ -577,5 +577,10 @@ def add_processors(provider: TracerProvider, processors: Sequence[SpanProcessor]
             attached.append(processor)
 
 
+def attached_processors(provider: TracerProvider) -> list[SpanProcessor]:
+    """The span processors capture attached to ``provider`` (to read their counters, e.g. the spool's)."""
+    return list(_attached.get(provider, ()))
+
+
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
