@@ -18,7 +18,7 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito import ImagesNotSupportedError, PromptError, VLLMModel
 from strands_tito import spans as schema
-from strands_tito.providers.sglang import _parse_reply
+from strands_tito.providers.sglang import parse_reply
 from strands_tito.span_images import encode_images
 from strands_tito.testing.engine import Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer
@@ -227,9 +227,9 @@ def test_reply_with_expanded_image_tokens_is_accepted() -> None:
         "meta_info": {"finish_reason": {"type": "stop"}, "prompt_tokens": 40, "output_token_logprobs": [[-0.1, 5]]},
     }
     # SGLang counts the prompt after expanding each image placeholder.
-    assert _parse_reply(reply, [1, 7, 2], 3, -1, True, False, expanded=True).output_ids == [5]
+    assert parse_reply(reply, [1, 7, 2], 3, -1, True, False, expanded=True).output_ids == [5]
     with pytest.raises(Exception, match="server counted 40 prompt tokens"):
-        _parse_reply(reply, [1, 7, 2], 3, -1, True, False)
+        parse_reply(reply, [1, 7, 2], 3, -1, True, False)
 
 
 def test_parquet_has_an_image_data_column(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -224,7 +224,7 @@ class SGLangModel(TokenModel):
                 cancel_signal=request.cancel_signal,
                 image_data=images,
             )
-        reply = _parse_reply(
+        reply = parse_reply(
             raw, input_ids, request.new_prompt, logprob_start, return_logprob, return_routed, expanded=bool(images)
         )
         layout = self.config.get("routed_experts_layout")
@@ -321,7 +321,7 @@ def _weight_versions(
     return weight_versions_of(meta.get("weight_versions"), version, output_length, where, SGLangResponseError)
 
 
-def _parse_reply(
+def parse_reply(
     raw: dict[str, Any],
     input_ids: Sequence[int],
     new_prompt: int,
@@ -331,7 +331,12 @@ def _parse_reply(
     *,
     expanded: bool = False,
 ) -> Generation:
-    """Validate a ``/generate`` reply against the request before anything is recorded.
+    """Validate a ``/generate`` reply against the request before anything is recorded, and read it.
+
+    ``input_ids`` is the prompt sent, ``new_prompt`` how many of its last tokens are new this turn, ``logprob_start``
+    the ``logprob_start_len`` sent (-1: none), ``want_logprobs``/``want_routed`` whether logprobs and routed experts
+    were asked for. A reply that breaks the protocol raises :class:`SGLangResponseError`, one whose sample cannot be
+    trained on :class:`SGLangInvalidSampleError`; nothing of it is recorded either way.
 
     ``expanded``: the request carried images, so the server counts the prompt after expanding each placeholder
     (at least one token per image).
