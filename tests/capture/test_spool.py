@@ -8,12 +8,12 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -141,22 +141,19 @@ def test_exit_leaves_the_rest_in_the_spool_and_the_next_process_sends_it(tmp_pat
     assert not tmp_path.exists()  # the key directory goes too once it is empty
 
 
-def test_past_the_hard_limit_drops_are_counted_and_the_record_names_them(tmp_path: Path) -> None:
+def test_past_the_hard_limit_drops_are_counted_and_the_record_names_them(
+    tmp_path: Path, provider: TracerProvider, plug: Callable[[SpanProcessor], None]
+) -> None:
     gate = Gate()
     processor = SpoolingSpanProcessor(gate, Spool(tmp_path), max_bytes=3000, schedule_delay=0.01, max_backoff=0.05)
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
+    plug(processor)
     t = make_trajectory(6, tokens=100)  # ~1.3 KB a turn span: some fit, the rest cannot
-    emit_turn_spans(provider, t)
-    assert processor.dropped > 0
-    capture._open[t.trajectory_id] = t  # as record_turn would have
     tracer = provider.get_tracer("t")
-    original = capture._tracer
-    capture._tracer = tracer  # type: ignore[assignment]
-    try:
-        capture.end_trajectory(t, "reset")
-    finally:
-        capture._tracer = original
+    for turn in t.turns:
+        with tracer.start_as_current_span("chat"):  # as a provider records each turn inside Strands' chat span
+            capture.record_turn(t, turn, model_id=None)
+    assert processor.dropped > 0
+    capture.end_trajectory(t, "reset")
     gate.up.set()
     assert processor.force_flush(5_000)
     [record] = assemble(gate.delivered)
@@ -176,7 +173,7 @@ def test_a_torn_last_record_is_skipped(tmp_path: Path, torn: int) -> None:
     spool.append(b"one")
     spool.append(b"two" * 10)
     [segment] = list(spool.dir.glob("seg-*.spool"))
-    spool._lock_file.close()  # as if the process died mid-write
+    spool.close()  # its records stay for the next instance; then a write torn as if the process died in it
     with segment.open("ab") as f:
         f.write(b"\x10\x00\x00\x00garbage"[:torn])
     adopted = Spool(tmp_path)

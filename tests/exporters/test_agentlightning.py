@@ -234,7 +234,7 @@ class Proxy:
         self.hold_forwards = True  # ... after forwarding it to the server (True) or without (False)
         self.holding = threading.Event()
         self.release = threading.Event()
-        self._client = httpx.Client(timeout=30)
+        self.client = httpx.Client(timeout=30)
         self._server: ThreadingHTTPServer | None = None
         self.up()
 
@@ -252,9 +252,7 @@ class Proxy:
                 status = 0
                 if not hold or proxy.hold_forwards:
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                    answer = proxy._client.request(
-                        self.command, proxy.target + self.path, content=body, headers=headers
-                    )
+                    answer = proxy.client.request(self.command, proxy.target + self.path, content=body, headers=headers)
                     status = answer.status_code
                 proxy.requests.append((self.command, self.path.split("?")[0], status))
                 if hold:
@@ -289,7 +287,7 @@ class Proxy:
     def close(self) -> None:
         self.release.set()
         self.down()
-        self._client.close()
+        self.client.close()
 
 
 @pytest.fixture

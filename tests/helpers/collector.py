@@ -144,3 +144,16 @@ class FixedPortCollector:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(60)
+
+
+def established_connections_to(port: int) -> int:
+    """How many TCP connections to ``port`` on this machine are established, seen from the client's side (Linux's
+    ``/proc/net/tcp``: a pool that was closed holds none)."""
+    count = 0
+    for table in (Path("/proc/net/tcp"), Path("/proc/net/tcp6")):
+        if table.exists():
+            for line in table.read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == port and fields[3] == "01":  # 01: ESTABLISHED
+                    count += 1
+    return count

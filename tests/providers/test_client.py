@@ -25,7 +25,8 @@ from strands_tito import (
     get_client,
     get_client_from_slime_args,
 )
-from strands_tito.providers.client import _CancelWatch, classify_http_error, until_cancelled
+from strands_tito.providers import client as client_module
+from strands_tito.providers.client import classify_http_error, until_cancelled
 from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script
 
 from ..helpers.agents import fast_client
@@ -156,7 +157,7 @@ async def test_cancel_signal_drops_the_request(start_engine, backend) -> None:  
     assert engine.records[0].disconnected
 
 
-async def test_cancel_signal_watch_serves_every_request_without_polling() -> None:
+async def test_cancel_signal_watch_serves_every_request_without_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     """One thread per signal: it cancels every request in flight under it at once, and ends when idle."""
     signal = threading.Event()
     started = time.process_time()
@@ -174,14 +175,12 @@ async def test_cancel_signal_watch_serves_every_request_without_polling() -> Non
     assert all(isinstance(r, SGLangCancelledError) for r in results)
     with pytest.raises(SGLangCancelledError):  # a signal left set cancels the next request too
         await until_cancelled(asyncio.sleep(5), signal)
-    quiet = threading.Event()
-    watch = _CancelWatch.register(quiet, asyncio.ensure_future(asyncio.sleep(0)), lambda: None, idle=0.05)
-    watch.discard(next(iter(watch.pending)))
-    for _ in range(40):
-        if id(quiet) not in _CancelWatch.watches:
-            break
-        await asyncio.sleep(0.05)
-    assert id(quiet) not in _CancelWatch.watches
+    monkeypatch.setattr(client_module, "CANCEL_WATCH_IDLE", 0.05)
+    before = set(threading.enumerate())
+    assert await until_cancelled(asyncio.sleep(0, "ok"), threading.Event()) == "ok"
+    [watch] = [t for t in set(threading.enumerate()) - before if t.name == "strands-tito-cancel-watch"]
+    watch.join(2.0)  # idle for CANCEL_WATCH_IDLE: it ends by itself
+    assert not watch.is_alive()
 
 
 async def test_cancel_signal_cancels_only_the_request_in_the_callers_task() -> None:

@@ -331,16 +331,10 @@ def parse_reply(
     *,
     expanded: bool = False,
 ) -> Generation:
-    """Validate a ``/generate`` reply against the request before anything is recorded, and read it.
-
-    ``input_ids`` is the prompt sent, ``new_prompt`` how many of its last tokens are new this turn, ``logprob_start``
-    the ``logprob_start_len`` sent (-1: none), ``want_logprobs``/``want_routed`` whether logprobs and routed experts
-    were asked for. A reply that breaks the protocol raises :class:`SGLangResponseError`, one whose sample cannot be
-    trained on :class:`SGLangInvalidSampleError`; nothing of it is recorded either way.
-
-    ``expanded``: the request carried images, so the server counts the prompt after expanding each placeholder
-    (at least one token per image).
-    """
+    """Validate a ``/generate`` reply against the request (the prompt ``input_ids``, its ``new_prompt`` new tokens,
+    the ``logprob_start`` sent, whether logprobs and routed experts were asked for) before anything is recorded: a
+    protocol break raises :class:`SGLangResponseError`, an untrainable sample :class:`SGLangInvalidSampleError`.
+    ``expanded``: the request carried images, so the server counts the prompt after expanding each placeholder."""
     output_ids, meta, finish = _checked_header(raw, len(input_ids), expanded)
     finish_type = cast(FinishReason, finish["type"])
 
