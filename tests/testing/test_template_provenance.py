@@ -17,7 +17,15 @@ from strands_tito.providers.prompt import PromptEncoder, PromptError
 from strands_tito.testing.chat_templates import real_chat_template
 from strands_tito.testing.family_tokenizers import family_tokenizer
 
-from ..templates import TEMPLATES, json_text_arguments, manifest, reference_template, reference_tokenizer
+from ..templates import (
+    TEMPLATES,
+    json_text_arguments,
+    manifest,
+    original_tokenizer,
+    other_originals,
+    reference_template,
+    reference_tokenizer,
+)
 
 
 def sha256(text: str) -> str:
@@ -34,6 +42,7 @@ def test_every_family_has_a_recorded_reference() -> None:
         if entry["reference"] == "original":
             assert entry["original"]["source"].startswith("https://github.com/"), name
     vendored = {e["original"]["file"] for e in entries.values() if e["reference"] == "original"}
+    vendored |= {other["file"] for e in entries.values() for other in e.get("other_originals", [])}
     assert vendored == {p.name for p in TEMPLATES.glob("*.jinja")}, "every vendored template is in the manifest"
 
 
@@ -47,12 +56,17 @@ def test_reference_and_llama_cpp_copy_are_the_recorded_files(name: str) -> None:
         # Where llama.cpp's copy was checked against the original, the manifest says whether they are the same.
         same = entry["original"].get("same_as_llama_cpp_copy", False)
         assert (reference_template(name) == real_chat_template(pinned["file"])) is same, "same_as_llama_cpp_copy"
+    for other in entry.get("other_originals", []):
+        assert other["source"].startswith("https://github.com/"), other["file"]
+        assert sha256((TEMPLATES / other["file"]).read_text(encoding="utf-8")) == other["sha256"], other["file"]
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_the_encoder_passes_arguments_in_the_form_the_reference_takes(name: str) -> None:
     """Decided when the encoder is built: JSON text for DeepSeek-V3.1's original, a mapping for the others."""
     assert PromptEncoder(reference_tokenizer(name)).json_arguments is json_text_arguments(name)
+    for file in other_originals(name):
+        assert PromptEncoder(original_tokenizer(name, file)).json_arguments is json_text_arguments(name), file
 
 
 def test_deepseek_v31_original_concatenates_arguments_and_the_llama_cpp_copy_encodes_them() -> None:
