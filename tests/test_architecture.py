@@ -407,3 +407,20 @@ def test_module_and_function_sizes(name: str) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines: split it"
     assert not long_functions(path), f"split them, or write '{LONG_REASON} <reason>' next to the def"
+
+
+TESTS = ROOT / "tests"
+#: Test folders not named after a product package, and what each holds. Every other folder is a package's name.
+TEST_FOLDERS_BESIDES_PACKAGES = {
+    "core": "the core distribution (core/strands_tito, the bottom layer): the trajectory, checks, records, errors",
+    "cli": "the commands a user types (strands_tito.cli, the viewer), the README as written, the built wheel",
+    "data": "data files the tests share",
+}
+
+
+def test_the_tests_mirror_the_product() -> None:
+    """A test of ``strands_tito.X`` lives in ``tests/X/``; only this file, the whole project's rules, sits on top."""
+    packages = {name.split(".")[1] for name, path in MODULES.items() if path.name == "__init__.py" and "." in name}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert not folders - packages - set(TEST_FOLDERS_BESIDES_PACKAGES), "name a test folder after its package"
+    assert [p.name for p in TESTS.glob("test_*.py")] == [Path(__file__).name], "put a test in its package's folder"
