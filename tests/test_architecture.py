@@ -5,7 +5,7 @@ and the exporters sit on the bottom layer only, so a platform engineer who runs 
 loads the agent side. The test harness (``strands_tito.testing``: the local engine, offline tokenizers, template
 fetchers) sits above everything and no product module imports it. The distributions follow the layers (core <-
 exporters <- collector <- agent side): a module imports only what its distribution installs, so the collector
-installs and runs without Strands, transformers, tokenizers or jinja2 (``tests/test_collector_wheel.py`` runs it so).
+installs and runs without Strands, transformers, tokenizers or jinja2 (``tests/collector/test_collector_wheel.py``).
 """
 
 from __future__ import annotations
