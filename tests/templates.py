@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import types
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,18 @@ def thinking_switch(name: str) -> str:
 def other_originals(name: str) -> list[str]:
     """The files of the family's other verified originals (another repository's text), which its tests render too."""
     return [entry["file"] for entry in manifest()["families"][name].get("other_originals", [])]
+
+
+@functools.cache
+def original_encoder(name: str) -> types.ModuleType:
+    """The family's original Python encoder (DeepSeek-V3.2 ships one instead of a template), loaded from its
+    vendored text: test data, never imported by the product."""
+    entry = manifest()["families"][name]["original"]
+    assert entry["kind"] == "python_encoder", name
+    module = types.ModuleType(entry["file"].removesuffix(".py.txt"))
+    source = (TEMPLATES / entry["file"]).read_text(encoding="utf-8")
+    exec(compile(source, entry["file"], "exec"), module.__dict__)
+    return module
 
 
 @functools.cache

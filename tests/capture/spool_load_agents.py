@@ -51,8 +51,12 @@ async def main(agents: int, rounds: int) -> None:
     await asyncio.gather(*(run(first + i, a) for i, a in enumerate(built)))
     # How much went through the disk spool (the test checks the outage really exercised it).
     from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
 
-    for processor in getattr(trace.get_tracer_provider(), "_strands_tito_processors", []):
+    from strands_tito.capture.recorder import attached_processors
+
+    provider = trace.get_tracer_provider()
+    for processor in attached_processors(provider) if isinstance(provider, TracerProvider) else []:
         tito = getattr(processor, "tito", None)
         if tito is not None:
             print(f"spool spilled={tito.spilled} dropped={tito.dropped}", flush=True)

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import pytest
@@ -31,6 +32,7 @@ from strands_tito.capture import recorder as capture
 from strands_tito.capture.sampler import ENV_SPANS
 from strands_tito.capture.switch_on import (
     CONTENT_OFF,
+    ENV_OUTPUT,
     ENV_SPAN_CONTENT,
     CaptureRequest,
     keep_content_off_spans,
@@ -47,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[2]
 AGENT = ("-m", "strands_tito.testing.demo_agent")
 OTEL_INSTRUMENT = str(Path(sys.executable).parent / "opentelemetry-instrument")
 AGL_KEY = "agl-key-5f0c1d9e7b"  # must appear in no byte of telemetry
+ENV_CAPTURE_JSONL = "STRANDS_TITO_CAPTURE=jsonl:PATH"  # what replaces the deprecated STRANDS_TITO_OUTPUT
 AGL_ENV = {"AGL_EVENT_URL": "http://127.0.0.1:9/api/rollouts/ro-42/attempt/att-3/events", "AGL_KEY": AGL_KEY}
 AGL_RESOURCE = {capture.AGL_ROLLOUT_ID: "ro-42", capture.AGL_ATTEMPT_ID: "att-3"}
 DISTRO_ENV = {
@@ -248,12 +251,7 @@ def test_capture_provider_records_every_span_when_asked(engine, sinks, env, all_
 def test_strands_tito_capture_attaches_to_the_apps_own_telemetry(engine, sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
     app_sink, tito_sink = sinks(), sinks()
     out = tmp_path / "trajectories.jsonl"
-    env = {
-        capture.ENV_CAPTURE: "1",
-        "STRANDS_TITO_OUTPUT": str(out),
-        "OTEL_EXPORTER_OTLP_ENDPOINT": tito_sink.url,
-        **AGL_ENV,
-    }
+    env = {capture.ENV_CAPTURE: f"1,jsonl:{out}", "OTEL_EXPORTER_OTLP_ENDPOINT": tito_sink.url, **AGL_ENV}
     stderr = run_agent(engine, env, "--app-telemetry", f"{app_sink.url}/v1/traces")
     assert "Overriding of current TracerProvider" not in stderr
     # The application's exporter still gets its spans, from its own provider (StrandsTelemetry's resource) ...
@@ -275,9 +273,11 @@ def test_strands_tito_capture_attaches_to_the_apps_own_telemetry(engine, sinks, 
 def test_strands_tito_capture_jsonl_only(engine, sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
     sink = sinks()
     out = tmp_path / "run" / "trajectories.jsonl"
-    # No OTLP endpoint set: STRANDS_TITO_OUTPUT alone, nothing exported (the sink's address is only in a variable
-    # the exporter would use if it existed).
-    run_agent(engine, {capture.ENV_CAPTURE: "1", "STRANDS_TITO_OUTPUT": str(out), "SINK_UNUSED": sink.url})
+    # No OTLP endpoint set: the file alone, nothing exported (the sink's address is only in a variable the exporter
+    # would use if it existed). The deprecated STRANDS_TITO_OUTPUT still works, with one line naming its replacement.
+    stderr = run_agent(engine, {capture.ENV_CAPTURE: "1", ENV_OUTPUT: str(out), "SINK_UNUSED": sink.url})
+    [warning] = [line for line in stderr.splitlines() if ENV_OUTPUT in line]
+    assert warning == f"strands-tito: {ENV_OUTPUT} is deprecated and goes in the next release; set {ENV_CAPTURE_JSONL}"
     [line] = [json.loads(x) for x in out.read_text().splitlines()]
     assert line["complete"] is True, line["reason"]
     records = generate_records(engine)
@@ -332,7 +332,8 @@ def chat_span_texts(bodies: list[bytes]) -> list[list[str]]:
     ("env", "content_on_spans"),
     [
         ({}, False),  # capture on: Strands' own redaction switch keeps the conversation text off
-        ({ENV_SPAN_CONTENT: "1"}, True),  # asked to keep it (e.g. to read it in a trace viewer)
+        ({ENV_SPAN_CONTENT: "1"}, True),  # asked to keep it (deprecated: the next line is its replacement)
+        ({"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_latest_experimental"}, True),
         ({"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_tool_definitions"}, True),  # the user's own value is left alone
     ],
 )
@@ -422,7 +423,7 @@ def test_capture_with_nowhere_to_send_stops_before_the_first_agent(env: dict[str
     done = run(env, "-c", FIRST_TRACER)
     assert done.returncode == 78, done.stderr
     assert "past" not in done.stdout
-    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in done.stderr and "STRANDS_TITO_OUTPUT" in done.stderr
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" in done.stderr and ENV_CAPTURE_JSONL.replace("PATH", "") in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
@@ -440,7 +441,7 @@ def test_capture_values() -> None:
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
     assert parse_capture("1", endpoint) == parse_capture(" OTLP ", {}) == CaptureRequest(otlp=True, enabled=True)
     assert parse_capture("1", {}) == CaptureRequest(enabled=True)  # on, but no endpoint: nothing exported
-    assert parse_capture("1", {"STRANDS_TITO_OUTPUT": "/tmp/o.jsonl"}).jsonl == (Path("/tmp/o.jsonl"),)
+    assert parse_capture("1", {ENV_OUTPUT: "/tmp/o.jsonl"}).jsonl == (Path("/tmp/o.jsonl"),)  # deprecated
     request = parse_capture("jsonl:/tmp/a.jsonl, otlp ,jsonl:/tmp/a.jsonl", {})
     assert request == CaptureRequest(otlp=True, jsonl=(Path("/tmp/a.jsonl"),), enabled=True)
     assert parse_capture("jsonl:rel/t.jsonl", {}).jsonl == (Path.cwd() / "rel" / "t.jsonl",)
@@ -458,10 +459,12 @@ def test_start_up_module_parses_agentlightning_like_capture() -> None:
         "http://h/api/rollouts/r/attempt/0/other",
         "",
     ):
-        env = {"AGL_EVENT_URL": url, "AGL_KEY": AGL_KEY}
-        assert startup.agentlightning_identity(env) == capture.agentlightning_identity(env)
+        env = {"AGL_EVENT_URL": url, "AGL_KEY": AGL_KEY, "OTEL_RESOURCE_ATTRIBUTES": ""}
+        startup.add_agentlightning_resource(env, url)
+        identity = capture.agentlightning_identity(env)
+        assert env["OTEL_RESOURCE_ATTRIBUTES"] == ",".join(f"{k}={quote(v, safe='')}" for k, v in identity.items())
     env = {**AGL_ENV, "OTEL_RESOURCE_ATTRIBUTES": f"team=rl,{capture.AGL_ATTEMPT_ID}=kept"}
-    startup.add_agentlightning_resource(env)
+    startup.add_agentlightning_resource(env, AGL_ENV["AGL_EVENT_URL"])
     assert env["OTEL_RESOURCE_ATTRIBUTES"] == f"team=rl,{capture.AGL_ATTEMPT_ID}=kept,{capture.AGL_ROLLOUT_ID}=ro-42"
 
 
@@ -498,7 +501,7 @@ def test_stock_openai_agent_is_captured_by_the_variable(start_engine, tmp_path) 
         Script(turns=[Reply(text=hermes_call("add", a=25, b=17)), Reply(text="25 + 17 = 42.")]), openai_flavor="vllm"
     )
     out = tmp_path / "calls.jsonl"
-    env = {capture.ENV_CAPTURE: "1", "STRANDS_TITO_OUTPUT": str(out), "OPENAI_BASE_URL": engine.base_url + "/v1"}
+    env = {capture.ENV_CAPTURE: f"jsonl:{out}", "OPENAI_BASE_URL": engine.base_url + "/v1"}
     done = run(env, str(ROOT / "examples" / "openai_agent.py"))
     assert done.returncode == 0, done.stderr
     [line] = [json.loads(x) for x in out.read_text().splitlines()]

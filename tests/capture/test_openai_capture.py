@@ -34,6 +34,7 @@ from strands_tito.capture.openai import (
     trajectory_id_of,
     uninstrument_openai_model,
 )
+from strands_tito.settings import reset_settings
 from strands_tito.testing.engine import EngineRecord, LocalEngine, Reply, Script
 
 from ..conftest import make_agent
@@ -219,6 +220,7 @@ async def test_flavor_setting(start_engine, memory, instrumented, monkeypatch) -
     assert_calls_match_engine(record, engine)
     # vllm: always stream; an SGLang server's 400 goes to the caller.
     monkeypatch.setenv(ENV_FLAVOR, "vllm")
+    reset_settings()  # read once per process: this test changes it midway
     engine = start_engine(Script([Reply(text="Hi.")]), openai_flavor="sglang")
     with pytest.raises(openai.BadRequestError, match="return_token_ids"):
         await openai_agent(engine).invoke_async("Hello")

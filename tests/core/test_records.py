@@ -123,13 +123,14 @@ def test_a_column_dropped_from_one_side_is_caught(tmp_path: Path, monkeypatch: p
 
 def test_one_capture_switch_and_one_set_of_agentlightning_keys() -> None:
     import strands_tito_startup as startup
+    from strands_tito import settings
     from strands_tito.capture import recorder as capture
     from strands_tito.exporters import agentlightning
 
-    assert startup.ENV_CAPTURE == capture.ENV_CAPTURE == records.ENV_CAPTURE
+    assert startup.ENV_CAPTURE == capture.ENV_CAPTURE == settings.variable("capture").name
     assert capture.AGL_ROLLOUT_ID is agentlightning.AGL_ROLLOUT_ID is records.AGL_ROLLOUT_ID
     assert records.AGL_IDENTITY_KEYS == ("agentlightning.rollout_id", "agentlightning.attempt_id")
     for value in ("0", " off ", "FALSE", "no"):
-        assert records.capture_off(value)
+        assert settings.capture_off(value)
     for value in ("", None, "1", "otlp", "jsonl:/tmp/x.jsonl"):
-        assert not records.capture_off(value)
+        assert not settings.capture_off(value)

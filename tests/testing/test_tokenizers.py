@@ -14,6 +14,7 @@ import pytest
 from transformers import BatchEncoding, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 import strands_tito.testing.tokenizers as tk
+from strands_tito.settings import reset_settings
 
 # --------------------------------------------------------------------------------------------------------------------
 # Fixtures
@@ -209,6 +210,7 @@ def test_qwen3_env_cache_dir(
     assert tk.build_qwen3_tokenizer() is qwen3
     assert tk.load_tokenizer("qwen3") is qwen3
     monkeypatch.delenv("STRANDS_TITO_CACHE")
+    reset_settings()  # read once per process: this test changes it midway
     assert tk.default_cache_root() == Path.home() / ".cache" / "strands-tito"
 
 

@@ -52,33 +52,16 @@ from strands_tito.capture.recorder import note_dropped
 from strands_tito.capture.spool import Spool, SpoolError, encode_request
 from strands_tito.capture.spool_queue import BATCH_SPANS, SpanQueue, estimate_size
 from strands_tito.capture.spool_sender import Sender
+from strands_tito.settings import Settings, variable
 
 logger = logging.getLogger(__name__)
 
-ENV_SPOOL = "STRANDS_TITO_SPOOL"
-ENV_MAX_BYTES = "STRANDS_TITO_SPOOL_MAX_BYTES"
-ENV_QUEUE_SPANS = "STRANDS_TITO_SPOOL_QUEUE_SPANS"
-ENV_QUEUE_BYTES = "STRANDS_TITO_SPOOL_QUEUE_BYTES"
-DEFAULT_MAX_BYTES = 2 * 1024**3
-DEFAULT_QUEUE_SPANS = 2048
-DEFAULT_QUEUE_BYTES = 256 * 1024**2
+ENV_MAX_BYTES = variable("spool_max_bytes").name
+_DEFAULTS = Settings()
+DEFAULT_MAX_BYTES = _DEFAULTS.spool_max_bytes
+DEFAULT_QUEUE_SPANS = _DEFAULTS.spool_queue_spans
+DEFAULT_QUEUE_BYTES = _DEFAULTS.spool_queue_bytes
 RESERVE_BYTES = 8 * 1024**2  # for end signals and rewards (a few hundred bytes each) past the hard limit
-
-
-def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    number = int(value)
-    if number <= 0:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return number
-
-
-def spool_enabled() -> bool:
-    """False only when ``STRANDS_TITO_SPOOL`` is ``0``/``false``/``off``/``no`` (then the SDK's plain
-    ``BatchSpanProcessor`` exports strands-tito spans, and drops them when its queue is full)."""
-    return os.environ.get(ENV_SPOOL, "").strip().lower() not in ("0", "false", "off", "no")
 
 
 class SpoolingSpanProcessor(SpanProcessor):
@@ -289,11 +272,7 @@ class OtlpCaptureProcessor(SpanProcessor):
 
 __all__ = [
     "ENV_MAX_BYTES",
-    "ENV_QUEUE_BYTES",
-    "ENV_QUEUE_SPANS",
-    "ENV_SPOOL",
     "OtlpCaptureProcessor",
     "SpoolingSpanProcessor",
     "estimate_size",
-    "spool_enabled",
 ]

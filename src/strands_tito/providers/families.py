@@ -183,9 +183,11 @@ FAMILIES: Final[dict[str, Family]] = {
             special_tokens=(*_DEEPSEEK_TOKENS, "｜DSML｜"), bos_token="<｜begin▁of▁sentence｜>", thinking=True,
             vocabulary="deepseek-v3",
             differences=(
-                "the template is inconsistent with itself: with thinking off the generation prompt is "
-                "<think></think> (after tool results \n\n<think></think>) but the same turn is re-rendered as "
-                "</think>; token-in/token-out keeps what the model saw",
+                "llama.cpp's Jinja rendering of DeepSeek's Python encoder is inconsistent with itself: with thinking "
+                "off its generation prompt is <think></think> (after tool results \n\n<think></think>) but it "
+                "re-renders the turn as </think>; token-in/token-out keeps what the model saw. DeepSeek's encoder "
+                "writes </think> in both places: on llama.cpp's template the model is sent an empty think block the "
+                "original never renders (every other prompt is the original's, tests/test_template_provenance.py)",
                 f"{_DROPS_REASONING} (re-rendered as a bare </think>)",
             ),
         ),

@@ -31,6 +31,7 @@ from tokenizers.models import BPE
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from strands_tito.errors import MissingDependencyError
+from strands_tito.settings import get_settings
 
 __all__ = [
     "QWEN3_5_ADDED_TOKENS",
@@ -354,9 +355,9 @@ def _load_fast(path: Path) -> PreTrainedTokenizerFast:
 
 def default_cache_root() -> Path:
     """Root cache directory: ``$STRANDS_TITO_CACHE`` if set and non-empty, else ``~/.cache/strands-tito``."""
-    env = os.environ.get("STRANDS_TITO_CACHE")
-    if env:
-        return Path(env).expanduser()
+    configured = get_settings().cache
+    if configured is not None:
+        return configured
     return Path.home() / ".cache" / "strands-tito"
 
 
