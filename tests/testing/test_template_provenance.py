@@ -50,7 +50,9 @@ def test_every_family_has_a_recorded_reference() -> None:
         if entry["reference"] == "original":
             assert entry["original"].get("kind", "template") == "template", name
         if "original" in entry:
-            assert entry["original"]["source"].startswith("https://github.com/"), name
+            # A repository at a commit, or a package on PyPI that generates it (then ``generated_by`` says how).
+            source = entry["original"]["source"]
+            assert source.startswith("https://github.com/") or "generated_by" in entry["original"], name
     vendored = {e["original"]["file"] for e in entries.values() if "original" in e}
     vendored |= {e["original"]["file"] for e in manifest()["refused"].values() if "original" in e}
     on_disk = {p.name for p in TEMPLATES.iterdir() if p.name != "manifest.json"}
@@ -215,3 +217,23 @@ def test_deepseek_v32_parser_reads_what_the_original_encoder_writes(thinking: bo
         (c["function"]["name"], json.loads(c["function"]["arguments"]), None) for c in parsed_by_original
     ]
     assert [c.input for c in ours] == calls
+
+
+def test_devstral_mistral_template_renders_the_episode_as_unsloths_copy() -> None:
+    """Mistral's own template (mistral-common's, for Devstral's v13 format) and Unsloth's copy, which users of
+    Unsloth's repository load, render every prompt of the family episode alike, in both argument forms."""
+    spec, original = FAMILIES["devstral"], reference_tokenizer("devstral")
+    unsloth = family_tokenizer("devstral")
+    assert original.chat_template != unsloth.chat_template
+    tools = format_tool_specs([calculator.tool_spec])
+    for messages in structured(spec, plan(spec, False)):
+        as_text = copy.deepcopy(messages)
+        for call in (c for m in as_text for c in m.get("tool_calls", [])):
+            call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+        for conversation in (messages, as_text):
+            for generation in (True, False):
+                rendered = [
+                    t.apply_chat_template(conversation, tools=tools, add_generation_prompt=generation, tokenize=False)
+                    for t in (original, unsloth)
+                ]
+                assert rendered[0] == rendered[1]

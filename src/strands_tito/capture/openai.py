@@ -76,7 +76,6 @@ __all__ = [
 
 ENV_FLAVOR: Final[str] = variable("openai_flavor").name
 STATE_KEY: Final[str] = "strands_tito_openai"
-FLAVORS: Final[tuple[str, ...]] = ("auto", "vllm", "sglang")
 #: Hosts that reject unknown request fields and never return token ids.
 _PLATFORM_HOSTS: Final[tuple[str, ...]] = ("api.openai.com", ".openai.azure.com", ".amazonaws.com")
 _CHUNK_FINISH_REASONS: Final[frozenset[str]] = frozenset(
