@@ -289,15 +289,11 @@ def turn_attributes(
     }
     if output_logprobs is None:
         del attributes[PROMPT_LOGPROBS], attributes[OUTPUT_LOGPROBS]
-    if request_id is not None:
-        attributes[REQUEST_ID] = request_id
-    if weight_version is not None:
-        attributes[WEIGHT_VERSION] = weight_version
+    optional = {REQUEST_ID: request_id, WEIGHT_VERSION: weight_version, MODEL_ID: model_id}
+    attributes.update((key, value) for key, value in optional.items() if value is not None)
     if weight_versions:
         # Bytes, like the tool parse errors: the SDK's length limits only ever cut strings.
         attributes[WEIGHT_VERSIONS] = json.dumps(checks.weight_version_spans_json(weight_versions)).encode()
-    if model_id is not None:
-        attributes[MODEL_ID] = model_id
     if tool_parse_errors:
         # Bytes, not a string: the SDK's length limits only ever cut strings.
         attributes[TOOL_PARSE_ERRORS] = json.dumps(list(tool_parse_errors)).encode()
@@ -479,6 +475,8 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
 def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool) -> TurnSpan | SpanRef:
     prompt_ids = _token_ids(attributes, PROMPT_IDS)
     output_ids = _token_ids(attributes, OUTPUT_IDS)
+    if (PROMPT_LOGPROBS in attributes) != (OUTPUT_LOGPROBS in attributes):
+        raise SpanSchemaError(f"a turn carries both {PROMPT_LOGPROBS} and {OUTPUT_LOGPROBS} or neither")
     prompt_logprobs = _logprobs_of(attributes, PROMPT_LOGPROBS, prompt_ids, "anywhere")
     output_logprobs = _logprobs_of(attributes, OUTPUT_LOGPROBS, output_ids, "all_or_none")
     prompt_logprobs = None if output_logprobs is None else prompt_logprobs

@@ -265,8 +265,7 @@ class Trajectory:
             output_ids: Tokens the model generated, stop token included.
             finish_reason: ``stop`` or ``length``; ``abort`` is accepted for records assembled from spans.
             prompt_logprobs: Server logprobs of ``prompt_ids`` (None entries where unknown).
-            output_logprobs: Server logprobs of ``output_ids``, each real; None: the turn carries no logprobs (then
-                no real ``prompt_logprobs`` either), which every turn of the trajectory must match.
+            output_logprobs: Server logprobs of ``output_ids``, each real; None: no logprobs (as every other turn).
             matched_stop: The stop token id or string the server matched.
             prompt_tokens: The server's count of the whole prompt; must equal the new trajectory prefix length.
             cached_tokens: Prompt tokens served from the server's prefix cache.
@@ -320,17 +319,9 @@ class Trajectory:
             raise TrajectoryError("the first turn must start with a non-empty prompt")
         if not output:
             raise TrajectoryError("the model produced no tokens; nothing to record")
-        p_logprobs: list[float | None] | None
-        o_logprobs: list[float | None] | None
-        if self.expect_logprobs(output_logprobs is not None, f"turn {len(self.turns)}"):
-            p_logprobs, p_packed = _check_logprobs("prompt_logprobs", prompt_logprobs, len(prompt), "anywhere")
-            # A generated token's logprob is never missing (it would be training data).
-            o_logprobs, o_packed = _check_logprobs("output_logprobs", output_logprobs, len(output), "never")
-        elif prompt_logprobs is not None and any(v is not None for v in prompt_logprobs):
-            raise TrajectoryError("prompt_logprobs given for a turn without output logprobs")
-        else:
-            p_logprobs = o_logprobs = None
-            p_packed = o_packed = b""
+        p_logprobs, p_packed, o_logprobs, o_packed = self._check_turn_logprobs(
+            prompt_logprobs, len(prompt), output_logprobs, len(output)
+        )
         checks.finish_reason(finish_reason, "finish_reason", TrajectoryError)
         start = len(self.token_ids)
         if prompt_tokens is not None and prompt_tokens != start + len(prompt):
@@ -364,6 +355,19 @@ class Trajectory:
             checked_top_p,
             routed_experts_layout if routed_experts is not None else None,
         )
+
+    def _check_turn_logprobs(
+        self, prompt: Sequence[float | None] | None, prompt_length: int, output: Sequence[float | None] | None,
+        output_length: int,
+    ) -> tuple[list[float | None] | None, bytes, list[float | None] | None, bytes]:  # fmt: skip
+        """A turn's prompt and output logprobs, checked and packed; both None (and no bytes) for a turn without."""
+        if self.expect_logprobs(output is not None, f"turn {len(self.turns)}"):
+            checked_prompt = _check_logprobs("prompt_logprobs", prompt, prompt_length, "anywhere")
+            # A generated token's logprob is never missing (it would be training data).
+            return *checked_prompt, *_check_logprobs("output_logprobs", output, output_length, "never")
+        if prompt is not None and any(v is not None for v in prompt):
+            raise TrajectoryError("prompt_logprobs given for a turn without output logprobs")
+        return None, b"", None, b""
 
     def _commit_turn(
         self,
