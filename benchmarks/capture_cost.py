@@ -203,7 +203,7 @@ REFERENCES: tuple[tuple[str, dict[str, str]], ...] = (
             "STRANDS_TITO_CAPTURE": "1",
             "BENCH_TRACING": "0",
             "OTEL_EXPORTER_OTLP_ENDPOINT": "{sink}",
-            "STRANDS_TITO_SPANS": "all",
+            "OTEL_TRACES_SAMPLER": "parentbased_always_on",  # every span (was STRANDS_TITO_SPANS=all)
         },
     ),
 )

@@ -3,7 +3,7 @@
 With capture switched on from outside, each model call's exact prompt and output token ids are recorded (the
 server is asked for them), and the assembler reports whether consecutive calls shared a prefix:
 
-    STRANDS_TITO_CAPTURE=1 STRANDS_TITO_OUTPUT=calls.jsonl OPENAI_BASE_URL=http://127.0.0.1:8000/v1 \\
+    STRANDS_TITO_CAPTURE=jsonl:calls.jsonl OPENAI_BASE_URL=http://127.0.0.1:8000/v1 \\
         python examples/openai_agent.py
 """
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Chromium and its WebDriver from the Debian/Ubuntu packages when they are missing, for the viewer's
-# browser tests (tests/test_viewer_browser.py). Needs root (or sudo without a password); without it, or without
+# browser tests (tests/cli/test_viewer_browser.py). Needs root (or sudo without a password); without it, or without
 # apt-get, it says so and the browser tests skip with that reason.
 set -uo pipefail
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then exit 0; fi

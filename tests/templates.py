@@ -2,7 +2,7 @@
 
 ``tests/data/templates/manifest.json`` records, per family, where its reference template comes from: the original,
 vendored beside the manifest with its source (repository, commit, path) and sha256, or llama.cpp's copy in the
-llama-cpp-python sdist, pinned by sha256. ``tests/test_template_provenance.py`` checks every hash.
+llama-cpp-python sdist, pinned by sha256. ``tests/testing/test_template_provenance.py`` checks every hash.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import types
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,18 @@ def json_text_arguments(name: str) -> bool:
 def thinking_switch(name: str) -> str:
     """The name of the reference template's thinking variable (``enable_thinking`` unless the manifest says)."""
     return str(manifest()["families"][name].get("thinking_switch", "enable_thinking"))
+
+
+@functools.cache
+def original_encoder(name: str) -> types.ModuleType:
+    """The family's original Python encoder (DeepSeek-V3.2 ships one instead of a template), loaded from its
+    vendored text: test data, never imported by the product."""
+    entry = manifest()["families"][name]["original"]
+    assert entry["kind"] == "python_encoder", name
+    module = types.ModuleType(entry["file"].removesuffix(".py.txt"))
+    source = (TEMPLATES / entry["file"]).read_text(encoding="utf-8")
+    exec(compile(source, entry["file"], "exec"), module.__dict__)
+    return module
 
 
 @functools.cache

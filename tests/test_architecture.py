@@ -3,12 +3,16 @@
 Layers, bottom to top: the trajectory, span schema, record schema and assembler; capture; the providers. The collector
 and the exporters sit on the bottom layer only, so a platform engineer who runs just ``strands-tito collect`` never
 loads the agent side. The test harness (``strands_tito.testing``: the local engine, offline tokenizers, template
-fetchers) sits above everything and no product module imports it.
+fetchers) sits above everything and no product module imports it. The distributions follow the layers (core <-
+exporters <- collector <- agent side): a module imports only what its distribution installs, so the collector
+installs and runs without Strands, transformers, tokenizers or jinja2 (``tests/collector/test_collector_wheel.py``).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import re
 import subprocess
 import sys
 import tomllib
@@ -30,21 +34,6 @@ SOURCE_ROOTS = [source for _, source in DISTRIBUTIONS.values()]
 #: brings none of them.
 NOT_ON_A_COLLECTOR_HOST = ("strands", "transformers", "tokenizers", "jinja2")
 
-#: Modules of the bottom layer: plain data, the span codec, the assembler. They import no framework.
-BOTTOM = {
-    "strands_tito.errors",
-    "strands_tito.checks",
-    "strands_tito.trajectory",
-    "strands_tito.trajectory_fields",
-    "strands_tito.prompt_ids",
-    "strands_tito.spans",
-    "strands_tito.span_images",
-    "strands_tito.span_lineage",
-    "strands_tito.replay",
-    "strands_tito.records",
-    "strands_tito.assembly",
-    "strands_tito.otlp",
-}
 #: What the bottom layer, the collector and the exporters must never import (agent side and frameworks).
 AGENT_SIDE = ("strands", "transformers", "tokenizers", "opentelemetry.sdk", "strands_tito.testing")
 PROVIDERS = ("strands_tito.providers",)
@@ -103,6 +92,8 @@ def within(module: str, prefixes: tuple[str, ...] | set[str]) -> bool:
 
 
 MODULES = dict(product_modules())
+#: Modules of the bottom layer, what core/ ships: plain data, the span codec, the assembler. They import no framework.
+BOTTOM = {name for name, path in MODULES.items() if path.is_relative_to(DISTRIBUTIONS["strands-tito-core"][1])}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -265,11 +256,22 @@ def shipped_by(distribution: str) -> set[str]:
     return {name for name, _ in product_modules([DISTRIBUTIONS[distribution][1]])}
 
 
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_names(distribution: str, *, extras: bool = False) -> set[str]:
+    """The distribution names its pyproject.toml requires (normalized), with those of its extras if asked."""
+    project = tomllib.loads((DISTRIBUTIONS[distribution][0] / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = list(project["dependencies"])
+    if extras:
+        requirements += [r for extra in project.get("optional-dependencies", {}).values() for r in extra]
+    return {canonical(re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]) for r in requirements}
+
+
 def installed_with(distribution: str) -> set[str]:
     """The distribution and the repository's distributions it depends on, transitively, as its pyproject.toml says."""
-    pyproject = tomllib.loads((DISTRIBUTIONS[distribution][0] / "pyproject.toml").read_text(encoding="utf-8"))
-    requirements = {r.split("==")[0].split("[")[0] for r in pyproject["project"]["dependencies"]}
-    return {distribution}.union(*(installed_with(d) for d in requirements & DISTRIBUTIONS.keys()))
+    return {distribution}.union(*(installed_with(d) for d in requirement_names(distribution) & DISTRIBUTIONS.keys()))
 
 
 def strands_tito_modules_imported(name: str) -> set[str]:
@@ -298,6 +300,22 @@ def test_each_distribution_imports_only_what_it_installs(distribution: str) -> N
     assert not reaching
 
 
+@pytest.mark.parametrize("distribution", ["strands-tito-core", "strands-tito-exporters", "strands-tito-collector"])
+def test_the_collector_distributions_declare_what_they_import(distribution: str) -> None:
+    """Each third-party package a module imports when it loads is required by its distribution (or an extra of it),
+    or by one of ours it depends on: on a collector host nothing else is installed."""
+    providers = importlib.metadata.packages_distributions()
+    declared = set().union(*(requirement_names(d, extras=True) for d in installed_with(distribution)))
+    undeclared = {
+        f"{name} -> {module}"
+        for name in shipped_by(distribution)
+        for module, _ in runtime_imports(name, MODULES[name], load_time_only=True)
+        if (top := module.partition(".")[0]) not in {"", "__future__", "strands_tito", *sys.stdlib_module_names}
+        and not {canonical(d) for d in providers.get(top, [])} & declared
+    }
+    assert not undeclared
+
+
 @pytest.mark.parametrize(
     "name", sorted(set().union(*(shipped_by(d) for d in installed_with("strands-tito-collector"))))
 )
@@ -307,8 +325,10 @@ def test_what_the_collector_installs_imports_no_agent_framework(name: str) -> No
 
 
 def test_collector_and_exporters_load_no_agent_side_at_run_time() -> None:
-    modules = sorted(m for m in MODULES if within(m, ("strands_tito.collector", "strands_tito.exporters")))
-    forbidden = AGENT_SIDE + PROVIDERS + CAPTURE
+    """Everything the collector installs, imported (with ``import strands_tito`` first, the agent side's lazy
+    ``__init__`` in this checkout), loads no agent side."""
+    modules = sorted(set().union(*(shipped_by(d) for d in installed_with("strands-tito-collector"))))
+    forbidden = AGENT_SIDE + NOT_ON_A_COLLECTOR_HOST + PROVIDERS + CAPTURE
     script = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"
@@ -387,3 +407,20 @@ def test_module_and_function_sizes(name: str) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_MODULE_LINES, f"{name} has {lines} lines: split it"
     assert not long_functions(path), f"split them, or write '{LONG_REASON} <reason>' next to the def"
+
+
+TESTS = ROOT / "tests"
+#: Test folders not named after a product package, and what each holds. Every other folder is a package's name.
+TEST_FOLDERS_BESIDES_PACKAGES = {
+    "core": "the core distribution (core/strands_tito, the bottom layer): the trajectory, checks, records, errors",
+    "cli": "the commands a user types (strands_tito.cli, the viewer), the README as written, the built wheel",
+    "data": "data files the tests share",
+}
+
+
+def test_the_tests_mirror_the_product() -> None:
+    """A test of ``strands_tito.X`` lives in ``tests/X/``; only this file, the whole project's rules, sits on top."""
+    packages = {name.split(".")[1] for name, path in MODULES.items() if path.name == "__init__.py" and "." in name}
+    folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert not folders - packages - set(TEST_FOLDERS_BESIDES_PACKAGES), "name a test folder after its package"
+    assert [p.name for p in TESTS.glob("test_*.py")] == [Path(__file__).name], "put a test in its package's folder"

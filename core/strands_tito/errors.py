@@ -48,7 +48,7 @@ for SGLang and vLLM alike)::
     ├── ImageSchemaError (span_images), also ValueError
     ├── LineageSchemaError (span_lineage), also ValueError
     ├── OTLPDecodeError (otlp), also ValueError
-    ├── CaptureConfigError (capture), also RuntimeError
+    ├── CaptureConfigError (settings), also RuntimeError   a setting would lose token data, or cannot be read
     ├── RewardTargetError (capture), also ValueError   record_reward not told whose reward, and not one agent open
     ├── UpstreamChangedError (upstream), also RuntimeError   Strands, the OTel SDK or transformers moved a name we use
     ├── SpoolError (spool), also OSError

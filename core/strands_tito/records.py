@@ -3,8 +3,7 @@
 Every reader and writer of trajectory records takes its field list from here: the assembler's
 ``TrajectoryRecord.to_dict`` (the JSONL line), the Parquet exporter (one column per field), the viewer (reading either
 back) and the Agent Lightning exporter. Also defined once here, because the agent side, the collector and the
-interpreter start-up hook all need them: the Agent Lightning identity keys and the "is capture switched off?" parse
-of ``STRANDS_TITO_CAPTURE``.
+interpreter start-up hook all need them: the Agent Lightning identity keys.
 
 Bottom layer, and light on purpose: standard library only (``strands_tito_startup`` imports it in Agent Lightning
 environments at interpreter start). pyarrow stays an optional import of the Parquet exporter: the Parquet type of
@@ -18,18 +17,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ForwardRef, Literal, TypedDict, cast
-
-# -- switching capture off ---------------------------------------------------------------------------------------------
-
-ENV_CAPTURE = "STRANDS_TITO_CAPTURE"
-ON_VALUES = ("1", "true", "on", "yes")
-OFF_VALUES = ("0", "false", "off", "no")
-
-
-def capture_off(value: str | None) -> bool:
-    """Whether a ``STRANDS_TITO_CAPTURE`` value switches capture off explicitly (``0``/``false``/``off``/``no``)."""
-    return (value or "").strip().lower() in OFF_VALUES
-
 
 # -- Agent Lightning identity ------------------------------------------------------------------------------------------
 

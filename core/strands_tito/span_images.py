@@ -18,7 +18,6 @@ import base64
 import binascii
 import hashlib
 import json
-import os
 import re
 import struct
 from collections.abc import Sequence
@@ -32,7 +31,6 @@ __all__ = [
     "SpanImage",
     "decode_images",
     "encode_images",
-    "max_image_bytes",
 ]
 
 #: Default per-image limit: well under the 4 MiB a gRPC receiver accepts by default, with room for the turn's tokens.
@@ -60,20 +58,6 @@ class SpanImage:
         if self.data is None:
             return None
         return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
-
-
-def max_image_bytes() -> int:
-    """The per-image capture limit: ``STRANDS_TITO_MAX_IMAGE_BYTES`` (bytes, > 0) or the default."""
-    raw = os.environ.get("STRANDS_TITO_MAX_IMAGE_BYTES", "").strip()
-    if not raw:
-        return DEFAULT_MAX_IMAGE_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"STRANDS_TITO_MAX_IMAGE_BYTES={raw!r} is not a positive number of bytes")
-    return value
 
 
 def encode_images(data_urls: Sequence[str], token_id: int | None, limit: int) -> tuple[bytes, list[int]]:

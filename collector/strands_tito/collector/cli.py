@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from strands_tito.exporters import ExporterConfigError
@@ -19,7 +20,20 @@ from .ingest import MAX_REQUEST_TOKENS
 from .service import BindError, CollectorConfig, serve
 from .store import StoreError
 
-TOKEN_ENV = "STRANDS_TITO_COLLECTOR_TOKEN"
+
+@dataclass(frozen=True)
+class EnvironmentFallback:
+    """An option the environment may give instead: a secret, so that it need not appear in ``ps``."""
+
+    option: str
+    variable: str
+
+
+#: Every environment variable the collector reads (read once, by :func:`parse_args`, into :class:`CollectorConfig`).
+TOKEN = EnvironmentFallback("--token", "STRANDS_TITO_COLLECTOR_TOKEN")
+AGL_KEY = EnvironmentFallback("--agl-key", "AGL_KEY")
+ENVIRONMENT_FALLBACKS = (TOKEN, AGL_KEY)
+TOKEN_ENV = TOKEN.variable
 
 
 def _address(value: str, option: str) -> tuple[str, int]:
@@ -29,10 +43,16 @@ def _address(value: str, option: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
+class _Parser(argparse.ArgumentParser):
+    def options(self) -> list[argparse.Action]:
+        """The options as declared, ``--help`` aside (argparse has no public list; ``_actions`` is stable since 2.7)."""
+        return [a for a in self._actions if a.option_strings and a.dest != "help"]
+
+
 # long: a declaration list, one statement per option
-def _parser(prog: str) -> argparse.ArgumentParser:
+def _parser(prog: str = "strands-tito collect") -> _Parser:
     """The collector's options (a declaration list; :func:`parse_args` checks how they combine)."""
-    p = argparse.ArgumentParser(prog=prog, description="Receive OTLP spans, write trajectories.")
+    p = _Parser(prog=prog, description="Receive OTLP spans, write trajectories.")
     p.add_argument("--http", default="127.0.0.1:4318", help="OTLP/HTTP address (default 127.0.0.1:4318; port 0 = any)")
     p.add_argument("--grpc", default="127.0.0.1:4317", help="OTLP/gRPC address (default 127.0.0.1:4317; 'off' = none)")
     p.add_argument("--store", type=Path, default=Path(".strands-tito/collector"), help="store directory (SQLite, WAL)")
@@ -99,13 +119,26 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
+def options_table() -> str:
+    """Every option of ``strands-tito collect`` with its environment fallback, default and meaning, as the Markdown
+    table in ``docs/settings.md`` (a test keeps the two equal)."""
+    fallbacks = {f.option: f"`{f.variable}`" for f in ENVIRONMENT_FALLBACKS}
+    rows = ["| option | environment | default | meaning |", "|---|---|---|---|"]
+    for action in _parser().options():
+        option = max(action.option_strings, key=len)
+        default = "" if action.default in (None, False) else f"`{action.default}`"
+        meaning = (action.help or "").replace("|", "\\|")
+        rows.append(f"| `{option}` | {fallbacks.get(option, '')} | {default} | {meaning} |")
+    return "\n".join(rows)
+
+
 def parse_args(argv: list[str], prog: str = "strands-tito collect") -> CollectorConfig:
     """Command-line options to a :class:`CollectorConfig` (``prog``: the command's name in usage and errors)."""
     p = _parser(prog)
     a = p.parse_args(argv)
     _check_ranges(p, a, argv)
-    token = _secret(p, a.token, a.token_file, "--token", TOKEN_ENV)
-    agl_key = _secret(p, a.agl_key, a.agl_key_file, "--agl-key", "AGL_KEY")
+    token = _secret(p, a.token, a.token_file, TOKEN)
+    agl_key = _secret(p, a.agl_key, a.agl_key_file, AGL_KEY)
     try:
         host, http_port = _address(a.http, "--http")
         grpc_host, grpc_port = (None, None) if a.grpc == "off" else _address(a.grpc, "--grpc")
@@ -171,8 +204,11 @@ def _check_ranges(p: argparse.ArgumentParser, a: argparse.Namespace, argv: list[
         p.error("--head-timeout, --body-timeout and --shutdown-timeout must be > 0")
 
 
-def _secret(p: argparse.ArgumentParser, given: str | None, path: Path | None, option: str, env: str) -> str | None:
+def _secret(
+    p: argparse.ArgumentParser, given: str | None, path: Path | None, fallback: EnvironmentFallback
+) -> str | None:
     """A secret from ``OPTION-file``, ``OPTION`` or the environment (one source; never echoed)."""
+    option = fallback.option
     if given is not None and path is not None:
         p.error(f"{option} and {option}-file exclude each other")
     if path is not None:
@@ -186,7 +222,7 @@ def _secret(p: argparse.ArgumentParser, given: str | None, path: Path | None, op
     if given is not None:
         logging.getLogger(__name__).warning("%s is visible to other users in ps; prefer %s-file", option, option)
         return given
-    return os.environ.get(env) or None
+    return os.environ.get(fallback.variable) or None
 
 
 def _loopback(host: str) -> bool:

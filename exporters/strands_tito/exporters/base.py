@@ -127,8 +127,5 @@ def checked_exporter(exporter: object) -> TrajectoryExporter:
             raise ExporterConfigError(
                 f"{what} has {', '.join(present)} of {protocol.__name__} but lacks {', '.join(absent)}"
             )
-    for member in ("next_position", "write", "close"):
-        if not callable(getattr(exporter, member)):
-            raise ExporterConfigError(f"{what}: {member} is not a method")
     assert isinstance(exporter, TrajectoryExporter)
     return exporter

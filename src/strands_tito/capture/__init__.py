@@ -3,7 +3,7 @@
 - ``recorder`` puts turns, calls, rewards and end signals on spans, keeps the one per-agent state type
   (:class:`AgentState`) and holds the embedded path (trajectories assembled in process into a JSONL file).
 - ``switch_on`` turns capture on from environment variables (``STRANDS_TITO_CAPTURE``, ``opentelemetry-instrument``);
-  ``sampler`` decides which spans a provider it installs records (those capture reads, unless ``STRANDS_TITO_SPANS``).
+  ``sampler`` decides which spans a provider it installs records (those capture reads, unless ``OTEL_TRACES_SAMPLER``).
 - ``spool_processor`` and ``spool`` deliver strands-tito spans over OTLP without dropping any (memory queue + disk
   spool).
 - ``openai`` captures stock Strands ``OpenAIModel`` agents.

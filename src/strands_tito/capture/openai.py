@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import os
 import threading
 import uuid
 import weakref
@@ -57,6 +56,7 @@ from opentelemetry import trace
 
 from strands_tito.capture import recorder as capture
 from strands_tito.checks import FLOAT32_OVERFLOW
+from strands_tito.settings import get_settings, variable
 from strands_tito.trajectory import pack_int32
 from strands_tito.upstream import UpstreamChangedError, strands_sdk
 
@@ -74,9 +74,8 @@ __all__ = [
     "uninstrument_openai_model",
 ]
 
-ENV_FLAVOR: Final[str] = "STRANDS_TITO_OPENAI_FLAVOR"
+ENV_FLAVOR: Final[str] = variable("openai_flavor").name
 STATE_KEY: Final[str] = "strands_tito_openai"
-FLAVORS: Final[tuple[str, ...]] = ("auto", "vllm", "sglang")
 #: Hosts that reject unknown request fields and never return token ids.
 _PLATFORM_HOSTS: Final[tuple[str, ...]] = ("api.openai.com", ".openai.azure.com", ".amazonaws.com")
 _CHUNK_FINISH_REASONS: Final[frozenset[str]] = frozenset(
@@ -405,14 +404,6 @@ class _Client(_Delegate):
 # -- the wrappers ---------------------------------------------------------------------------------------------------
 
 
-def _flavor() -> str:
-    value = os.environ.get(ENV_FLAVOR, "").strip().lower() or "auto"
-    if value not in FLAVORS:
-        logger.warning("%s=<%s> | unknown value; using auto (one of %s)", ENV_FLAVOR, value, ", ".join(FLAVORS))
-        return "auto"
-    return value
-
-
 def _state(model: Any, model_state: dict[str, Any] | None) -> _CallState:
     if model_state is None:
         with _lock:
@@ -461,7 +452,7 @@ def _wrap_stream(original: Any) -> Any:
             return
         state = _state(self, kwargs.get("model_state"))
         state.note_agent((kwargs.get("invocation_state") or {}).get("agent"))
-        call = _Call(flavor=_flavor())
+        call = _Call(flavor=get_settings().openai_flavor)
         inner = original(self, *args, **kwargs)
         try:
             while True:

@@ -37,17 +37,18 @@ from strands_tito.errors import StrandsTitoError
 from strands_tito.exporters import ExporterSettings, make_exporter
 from strands_tito.records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
 from strands_tito.records import AGL_ROLLOUT_ID as AGL_ROLLOUT_ID
-from strands_tito.records import ENV_CAPTURE as ENV_CAPTURE
-from strands_tito.records import agentlightning_identity_of, capture_off
-from strands_tito.span_images import encode_images, max_image_bytes
+from strands_tito.records import agentlightning_identity_of
+from strands_tito.settings import CaptureConfigError as CaptureConfigError
+from strands_tito.settings import get_settings, variable
+from strands_tito.span_images import encode_images
 from strands_tito.span_lineage import Lineage, lineage_attributes
 from strands_tito.trajectory import Trajectory, Turn
 from strands_tito.upstream import opentelemetry_sdk, strands_sdk
 
 logger = logging.getLogger(__name__)
 
-ENV_ENCODING = "STRANDS_TITO_SPAN_ENCODING"
-ENV_FLUSH_TIMEOUT = "STRANDS_TITO_FLUSH_TIMEOUT"
+ENV_CAPTURE = variable("capture").name
+ENV_ENCODING = variable("span_encoding").name
 
 _tracer = trace.get_tracer("strands_tito")
 _lock = threading.RLock()  # re-entrant: garbage collection may run a finalizer on a thread that holds it
@@ -83,10 +84,6 @@ _attached: weakref.WeakKeyDictionary[TracerProvider, list[SpanProcessor]] = weak
 _exit_lock = threading.Lock()
 
 
-class CaptureConfigError(StrandsTitoError, RuntimeError):
-    """The tracing setup would cut or drop token data; fixed by the setting the message names."""
-
-
 class RewardTargetError(StrandsTitoError, ValueError):
     """:func:`record_reward` was not told whose reward it is and cannot tell: no agent has an open trajectory, or
     several do (concurrent rollouts). :attr:`choices` lists the open trajectories' ids."""
@@ -98,18 +95,19 @@ class RewardTargetError(StrandsTitoError, ValueError):
 
 def capture_enabled() -> bool:
     """False only when ``STRANDS_TITO_CAPTURE`` is ``0``/``false``/``off``."""
-    return not capture_off(os.environ.get(ENV_CAPTURE))
+    return get_settings().capture_on
 
 
 def span_encoding() -> spans.Encoding:
     """``packed`` (default: int32/float32 bytes) or ``array`` (plain arrays, readable in trace viewers)."""
-    return "array" if os.environ.get(ENV_ENCODING, "").strip().lower() == "array" else "packed"
+    return get_settings().span_encoding
 
 
 def agentlightning_identity(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """Rollout and attempt ids when running under Agent Lightning's controller (parsed from ``AGL_EVENT_URL``)."""
-    env = os.environ if environ is None else environ
-    return dict(_identity_of(env.get("AGL_EVENT_URL", "")))
+    """Rollout and attempt ids when running under Agent Lightning's controller (parsed from ``AGL_EVENT_URL``, in
+    ``environ`` when given, else as the settings read it)."""
+    event_url = get_settings().agl_event_url if environ is None else environ.get("AGL_EVENT_URL", "")
+    return dict(_identity_of(event_url))
 
 
 @functools.lru_cache(maxsize=8)
@@ -221,7 +219,7 @@ def _note_active(trajectory: Trajectory | CallSequence, agent: AgentState | None
 def _turn_images(trajectory: Trajectory, turn: Turn, token_id: int | None) -> bytes | None:
     if not turn.image_data:
         return None
-    limit = max_image_bytes()
+    limit = get_settings().max_image_bytes
     value, omitted = encode_images(turn.image_data, token_id, limit)
     if omitted:
         logger.warning(
@@ -501,7 +499,7 @@ def shutdown_capture(timeout: float | None = None) -> None:
     flush = getattr(provider, "force_flush", None)
     if flush is None:
         return
-    limit = timeout if timeout is not None else float(os.environ.get(ENV_FLUSH_TIMEOUT, "10"))
+    limit = timeout if timeout is not None else get_settings().flush_timeout
     quiet = endpoint_unreachable()
     if quiet:  # already reported, and it still refuses connections: to the spool at once, no wait
         limit = 0.0
@@ -575,6 +573,11 @@ def add_processors(provider: TracerProvider, processors: Sequence[SpanProcessor]
         if processor not in attached:
             provider.add_span_processor(processor)
             attached.append(processor)
+
+
+def attached_processors(provider: TracerProvider) -> list[SpanProcessor]:
+    """The span processors capture attached to ``provider`` (to read their counters, e.g. the spool's)."""
+    return list(_attached.get(provider, ()))
 
 
 def _text(value: Any) -> str | None:

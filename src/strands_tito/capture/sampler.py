@@ -8,8 +8,9 @@ on them, and recording them is most of what tracing costs a running agent (the S
 on ending recording spans, their export), several times strands-tito's own share (BENCHMARKS.md, "Where the
 capture overhead goes"). The ``chat`` spans keep their trace ids, so spans of one agent run still share a trace.
 
-``STRANDS_TITO_SPANS=all`` records every span (for a trace viewer fed by the same exporter), and a sampler the user
-chose with ``OTEL_TRACES_SAMPLER`` is used as it is. A provider the application made is never changed.
+A sampler the user chose with ``OTEL_TRACES_SAMPLER`` is used as it is: ``parentbased_always_on`` records every span
+(for a trace viewer fed by the same exporter; the deprecated ``STRANDS_TITO_SPANS=all`` does the same). A provider
+the application made is never changed.
 """
 
 from __future__ import annotations
@@ -24,13 +25,11 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from strands_tito import spans
-from strands_tito.capture.recorder import CaptureConfigError
+from strands_tito.settings import get_settings, variable
 
 __all__ = ["ENV_SPANS", "CaptureSampler", "capture_sampler"]
 
-ENV_SPANS = "STRANDS_TITO_SPANS"
-#: ``STRANDS_TITO_SPANS`` values: only the spans capture reads (default), or every span.
-SPAN_CHOICES = ("capture", "all")
+ENV_SPANS = variable("spans").name  # deprecated: OTEL_TRACES_SAMPLER=parentbased_always_on does the same
 
 
 class CaptureSampler(Sampler):
@@ -62,16 +61,8 @@ class CaptureSampler(Sampler):
 
 def capture_sampler() -> Sampler | None:
     """The sampler for a provider capture installs: :class:`CaptureSampler`, or None for the SDK's own choice
-    (``STRANDS_TITO_SPANS=all``, or a sampler named in ``OTEL_TRACES_SAMPLER``).
-
-    Raises:
-        CaptureConfigError: ``STRANDS_TITO_SPANS`` is neither ``capture`` nor ``all``.
+    (a sampler named in ``OTEL_TRACES_SAMPLER``, which the SDK builds, or the deprecated ``STRANDS_TITO_SPANS=all``).
     """
-    value = os.environ.get(ENV_SPANS, "").strip().lower() or "capture"
-    if value not in SPAN_CHOICES:
-        raise CaptureConfigError(
-            f"{ENV_SPANS}={os.environ[ENV_SPANS]!r}: use capture (only the spans capture reads) or all"
-        )
-    if value == "all" or os.environ.get("OTEL_TRACES_SAMPLER", "").strip():
+    if get_settings().spans == "all" or os.environ.get("OTEL_TRACES_SAMPLER", "").strip():
         return None
     return CaptureSampler()

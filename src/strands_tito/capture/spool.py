@@ -40,19 +40,20 @@ from opentelemetry.trace.status import Status, StatusCode
 
 from strands_tito.errors import StrandsTitoError
 from strands_tito.otlp import attributes_of
+from strands_tito.settings import get_settings, variable
 
 logger = logging.getLogger(__name__)
 
-ENV_SPOOL_DIR = "STRANDS_TITO_SPOOL_DIR"
+ENV_SPOOL_DIR = variable("spool_dir").name
 _HEADER = struct.Struct("<II")
 SEGMENT_BYTES = 16 * 1024 * 1024  # a new segment past this, so delivered data is freed in steps
 
 
 def default_spool_root() -> Path:
     """``STRANDS_TITO_SPOOL_DIR``, else ``$XDG_CACHE_HOME/strands-tito/spool`` (``~/.cache/...``)."""
-    configured = os.environ.get(ENV_SPOOL_DIR, "").strip()
-    if configured:
-        return Path(os.path.expanduser(configured))
+    configured = get_settings().spool_dir
+    if configured is not None:
+        return configured
     cache = os.environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(cache) / "strands-tito" / "spool"
 

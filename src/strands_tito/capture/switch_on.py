@@ -49,12 +49,11 @@ from strands_tito.capture.recorder import (
     TrajectorySpanProcessor,
     add_processors,
     agentlightning_identity,
-    capture_enabled,
     check_span_limits,
     register_exit_handler,
 )
 from strands_tito.capture.sampler import capture_sampler
-from strands_tito.records import ON_VALUES, capture_off
+from strands_tito.settings import ON_VALUES, Settings, capture_off, get_settings, reload_settings, variable
 from strands_tito.upstream import UpstreamChangedError, strands_sdk
 
 logger = logging.getLogger(__name__)
@@ -82,17 +81,22 @@ class CaptureRequest:
         )
 
 
-ENV_OUTPUT = "STRANDS_TITO_OUTPUT"
+ENV_OUTPUT = variable("output").name  # deprecated: STRANDS_TITO_CAPTURE=jsonl:PATH
 _ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 
 
+def _settings_of(environ: Mapping[str, str] | None) -> Settings:
+    return get_settings() if environ is None else Settings.from_environ(environ)
+
+
 def parse_capture(value: str, environ: Mapping[str, str] | None = None) -> CaptureRequest:
-    """Read ``STRANDS_TITO_CAPTURE`` (and ``STRANDS_TITO_OUTPUT``).
+    """Read a ``STRANDS_TITO_CAPTURE`` value (with the deprecated ``STRANDS_TITO_OUTPUT`` of the settings, or of
+    ``environ`` when given).
 
     ``1`` (or ``true``/``on``/``yes``) switches capture on: spans are exported over OTLP when an endpoint is set
-    (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``), and ``STRANDS_TITO_OUTPUT=PATH``
-    makes the process assemble its own trajectories into that JSONL file. ``otlp`` exports even to the default
-    endpoint, ``jsonl:PATH`` is the same as ``STRANDS_TITO_OUTPUT``; items combine with commas. ``0`` or empty: off.
+    (``OTEL_EXPORTER_OTLP_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``). ``otlp`` exports even to the default
+    endpoint, ``jsonl:PATH`` makes the process assemble its own trajectories into that JSONL file; items combine with
+    commas. ``0`` or empty: off.
 
     Raises:
         CaptureConfigError: an unknown item, or an empty ``jsonl:`` path.
@@ -115,14 +119,15 @@ def parse_capture(value: str, environ: Mapping[str, str] | None = None) -> Captu
                 f"{ENV_CAPTURE}={value!r}: cannot read {item!r}; use 1 (or otlp, jsonl:PATH, comma-separated), "
                 "or 0 for off"
             )
-    if env.get(ENV_OUTPUT, "").strip():
-        jsonl.append(env[ENV_OUTPUT].strip())
+    output = _settings_of(environ).output
+    if output:
+        jsonl.append(output)
     # Relative paths are relative to the directory the process started in.
     paths = (Path(os.path.abspath(os.path.expanduser(p))) for p in jsonl)
     return CaptureRequest(otlp, tuple(dict.fromkeys(paths)), enabled=True)
 
 
-ENV_SPAN_CONTENT = "STRANDS_TITO_SPAN_CONTENT"
+ENV_SPAN_CONTENT = variable("span_content").name  # deprecated: set OTEL_SEMCONV_STABILITY_OPT_IN yourself
 SEMCONV_OPT_IN = "OTEL_SEMCONV_STABILITY_OPT_IN"
 #: Strands' own redaction switch with an empty allow-list: every message-content attribute and event value
 #: (``gen_ai.input.messages``, ``gen_ai.output.messages``, ``gen_ai.system_instructions``, tool arguments and
@@ -137,15 +142,21 @@ def keep_content_off_spans(environ: dict[str, str] | None = None) -> bool:
     """Make Strands leave the conversation text off its spans while capture is on, unless asked to keep it.
 
     Sets ``OTEL_SEMCONV_STABILITY_OPT_IN`` to Strands' redaction token, only when the variable is unset or empty (a
-    value the user chose is left as it is) and ``STRANDS_TITO_SPAN_CONTENT`` is not on. Strands reads the variable
+    value the user chose is left as it is) and the deprecated ``STRANDS_TITO_SPAN_CONTENT`` is not on (in the settings,
+    or in ``environ`` when given). Strands reads the variable
     once, when it creates its tracer (the first ``Agent``); if that happened already, the setting comes too late and a
     warning says so. Returns whether the variable was set.
     """
     env = os.environ if environ is None else environ
-    if env.get(ENV_SPAN_CONTENT, "").strip().lower() in ON_VALUES or env.get(SEMCONV_OPT_IN, "").strip():
+    if _settings_of(environ).span_content or env.get(SEMCONV_OPT_IN, "").strip():
         return False
     env[SEMCONV_OPT_IN] = CONTENT_OFF
-    if environ is None and strands_sdk.tracer_created():
+    try:
+        late = environ is None and strands_sdk.tracer_created()
+    except UpstreamChangedError as error:  # only a warning depends on it: capture still switches on
+        logger.warning("cannot tell whether Strands created its tracer already: %s", error)
+        late = False
+    if late:
         logger.warning(
             "Strands created its tracer before capture was switched on; its spans keep the conversation text "
             "(switch capture on before the first Agent, or set %s=%s yourself)",
@@ -208,42 +219,35 @@ def otlp_processor() -> SpanProcessor:
     the SDK's plain ``BatchSpanProcessor``, which drops spans when its queue is full), other spans batched as usual.
 
     Raises:
-        CaptureConfigError: a spool setting is not a positive integer, or the spool directory cannot be used.
+        CaptureConfigError: ``OTEL_BSP_SCHEDULE_DELAY`` is not a positive integer, or the spool directory cannot be
+            used.
     """
     from strands_tito.capture.endpoint_check import watch_endpoint
-    from strands_tito.capture.spool import Spool, default_spool_root, spool_key
-    from strands_tito.capture.spool_processor import (
-        DEFAULT_MAX_BYTES,
-        DEFAULT_QUEUE_BYTES,
-        DEFAULT_QUEUE_SPANS,
-        ENV_MAX_BYTES,
-        ENV_QUEUE_BYTES,
-        ENV_QUEUE_SPANS,
-        OtlpCaptureProcessor,
-        SpoolingSpanProcessor,
-        env_int,
-        spool_enabled,
-    )
+    from strands_tito.capture.spool import ENV_SPOOL_DIR, Spool, default_spool_root, spool_key
+    from strands_tito.capture.spool_processor import OtlpCaptureProcessor, SpoolingSpanProcessor
 
-    if not spool_enabled():
+    settings = get_settings()
+    if not settings.spool:
         return BatchSpanProcessor(otlp_exporter())
     service = os.environ.get("OTEL_SERVICE_NAME", "").strip() or "unknown_service"
+    # The standard variable of the SDK's batch processor, in milliseconds (its default, 5 s, here too).
+    delay = os.environ.get("OTEL_BSP_SCHEDULE_DELAY", "").strip() or "5000"
+    if not delay.isdigit() or int(delay) <= 0:
+        raise CaptureConfigError(f"OTEL_BSP_SCHEDULE_DELAY={delay!r} is not a positive number of milliseconds")
     try:
-        limits = {
-            "max_bytes": env_int(ENV_MAX_BYTES, DEFAULT_MAX_BYTES),
-            "queue_spans": env_int(ENV_QUEUE_SPANS, DEFAULT_QUEUE_SPANS),
-            "queue_bytes": env_int(ENV_QUEUE_BYTES, DEFAULT_QUEUE_BYTES),
-        }
-        # The standard variable of the SDK's batch processor, in milliseconds (its default, 5 s, here too).
-        schedule_delay = env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1000
         spool = Spool(default_spool_root() / spool_key(service, otlp_endpoint()))
     except (ValueError, OSError) as e:
-        raise CaptureConfigError(f"trace spool: {e} (STRANDS_TITO_SPOOL_DIR, {ENV_MAX_BYTES}, ...)") from e
+        raise CaptureConfigError(f"trace spool: {e} ({ENV_SPOOL_DIR})") from e
     watch_endpoint(_endpoint_url(), otlp_protocol(), spool.parent)
-    return OtlpCaptureProcessor(
-        SpoolingSpanProcessor(otlp_exporter(), spool, schedule_delay=schedule_delay, **limits),
-        BatchSpanProcessor(otlp_exporter()),
+    spooling = SpoolingSpanProcessor(
+        otlp_exporter(),
+        spool,
+        schedule_delay=int(delay) / 1000,
+        max_bytes=settings.spool_max_bytes,
+        queue_spans=settings.spool_queue_spans,
+        queue_bytes=settings.spool_queue_bytes,
     )
+    return OtlpCaptureProcessor(spooling, BatchSpanProcessor(otlp_exporter()))
 
 
 def _configurator_exports_otlp() -> bool:
@@ -272,7 +276,6 @@ class _Switch:
         except ValueError as e:  # a limit variable that is not a number
             raise CaptureConfigError(f"span limits: {e}") from e
         check_span_limits(limits)
-        capture_sampler()  # a bad STRANDS_TITO_SPANS stops the process now, not at the first agent
         if request.otlp or export_own_provider:
             otlp_protocol()
         keep_content_off_spans()
@@ -382,8 +385,9 @@ def enable_from_env(request: CaptureRequest | str | None = None) -> None:
     Raises:
         CaptureConfigError: the settings would lose data, or the value cannot be read.
     """
+    settings = reload_settings()
     if request is None:
-        request = os.environ.get(ENV_CAPTURE, "")
+        request = settings.capture
     if isinstance(request, str):
         request = parse_capture(request)
     if request:
@@ -417,7 +421,8 @@ def require_destination(request: CaptureRequest, environ: Mapping[str, str] | No
     if request and not request.otlp and not request.jsonl and exporter in ("", "none"):
         raise CaptureConfigError(
             f"{ENV_CAPTURE} is on but has nowhere to send trajectories: set OTEL_EXPORTER_OTLP_ENDPOINT "
-            f"(a collector, e.g. http://127.0.0.1:4318 for strands-tito collect) or {ENV_OUTPUT}=trajectories.jsonl"
+            f"(a collector, e.g. http://127.0.0.1:4318 for strands-tito collect) or "
+            f"{ENV_CAPTURE}=jsonl:trajectories.jsonl"
         )
 
 
@@ -428,7 +433,7 @@ def start_up() -> None:
     trajectories is stopped when the first agent is built with no tracer provider of the application's.
     """
     try:
-        enable_from_env(parse_capture(os.environ.get(ENV_CAPTURE, "")))
+        enable_from_env()
     except CaptureConfigError as error:
         fail_start_up(error)
 
@@ -455,11 +460,12 @@ class TitoInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return ("strands-agents >= 1.62",)
 
     def _instrument(self, **kwargs: Any) -> None:
-        if not capture_enabled():
-            return
         auto = _loaded_by_opentelemetry_instrument()
         try:
-            request = parse_capture(os.environ.get(ENV_CAPTURE, ""))
+            settings = reload_settings()
+            if not settings.capture_on:
+                return
+            request = parse_capture(settings.capture)
             # Under opentelemetry-instrument a provider that exists now is the configurator's, exporting as
             # OTEL_TRACES_EXPORTER says; `STRANDS_TITO_CAPTURE=otlp` must not make it send every span twice.
             _switch.enable(request, export_own_provider=True, otlp_covered=auto and _configurator_exports_otlp())

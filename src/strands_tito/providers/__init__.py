@@ -4,7 +4,8 @@
   only sends one generation request and validates the reply (``reply_checks``).
 - ``token_model`` (:class:`TokenModel`) is their shared base: per-agent trajectories, prompts, tool calls, limits,
   capture hooks and error mapping; ``generation`` holds what a provider sends and gets back (the request, the
-  validated reply, the per-value reply checks and reply errors).
+  validated reply, the per-value reply checks and reply errors); ``turn_events`` builds the Strands events of a
+  recorded turn.
 - ``client`` (:class:`TokenClient`, with ``connection_pool``, its lean keep-alive pool) is the backend-neutral
   transport: retries, deadlines, cancellation; ``sglang_client`` (:class:`SGLangClient`) and ``vllm_client``
   (:class:`VLLMClient`) add each backend's routes and name it in every message.

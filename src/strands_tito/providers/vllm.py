@@ -74,6 +74,8 @@ class VLLMResponseError(TokenResponseError):
     Nothing from the reply is recorded.
     """
 
+    backend_name = "vLLM"
+
 
 class VLLMInvalidSampleError(VLLMResponseError, InvalidSampleError):
     """A generated token's logprob is vLLM's ``-9999.0`` floor (its value for a missing, NaN or infinite logprob),
@@ -83,6 +85,8 @@ class VLLMInvalidSampleError(VLLMResponseError, InvalidSampleError):
 
 class VLLMAbortedError(TokenAbortedError):
     """vLLM aborted the generation (``finish_reason`` ``"abort"`` or ``"error"``): an error, never a normal turn."""
+
+    backend_name = "vLLM"
 
 
 class VLLMConfig(BaseModelConfig, HistoryConfig, total=False):

@@ -28,6 +28,7 @@ from transformers import PreTrainedTokenizerBase
 from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.providers.families import FAMILIES, family, template_defaults
 from strands_tito.providers.rendering import render_chat_template
+from strands_tito.settings import variable
 from strands_tito.testing.engine import LocalEngine, Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer
 from strands_tito.testing.tokenizers import build_qwen3_tokenizer
@@ -132,9 +133,9 @@ def run_demo(out: Path = Path("strands-tito-demo"), chat_template: str | None = 
         with LocalEngine(tokenizer, scripts=[script], eos_token_ids=stops) as engine:  # type: ignore[arg-type]
             env = {
                 **os.environ,
-                **({"STRANDS_TITO_FAMILY": name} if name else {}),
+                **({variable("family").name: name} if name else {}),
                 "SGLANG_URL": engine.base_url,
-                "STRANDS_TITO_CAPTURE": "1",
+                variable("capture").name: "1",
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.http_port}",
                 "OTEL_SERVICE_NAME": "strands-tito-demo",
             }

