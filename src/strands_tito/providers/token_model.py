@@ -420,7 +420,8 @@ class TokenModel(Model):
             new_prompt=len(prompt_ids),
             recorded=len(trajectory),
             sampling_params=sampling_params,
-            return_logprob=bool(self.config.get("return_logprob", True)),
+            # Every turn of a trajectory records logprobs or none does: refused before anything is sent.
+            return_logprob=trajectory.expect_logprobs(bool(self.config.get("return_logprob", True))),
             cancel_signal=cancel_signal,
             image_data=image_data,
         )
