@@ -257,6 +257,7 @@ def shipped_by(distribution: str) -> set[str]:
 
 
 def canonical(name: str) -> str:
+    """A distribution name as PEP 503 normalizes it (``Pydantic_Core`` and ``pydantic-core`` are one)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 

