@@ -3,12 +3,16 @@
 Layers, bottom to top: the trajectory, span schema, record schema and assembler; capture; the providers. The collector
 and the exporters sit on the bottom layer only, so a platform engineer who runs just ``strands-tito collect`` never
 loads the agent side. The test harness (``strands_tito.testing``: the local engine, offline tokenizers, template
-fetchers) sits above everything and no product module imports it.
+fetchers) sits above everything and no product module imports it. The distributions follow the layers (core <-
+exporters <- collector <- agent side): a module imports only what its distribution installs, so the collector
+installs and runs without Strands, transformers, tokenizers or jinja2 (``tests/collector/test_collector_wheel.py``).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.metadata
+import re
 import subprocess
 import sys
 import tomllib
@@ -252,11 +256,23 @@ def shipped_by(distribution: str) -> set[str]:
     return {name for name, _ in product_modules([DISTRIBUTIONS[distribution][1]])}
 
 
+def canonical(name: str) -> str:
+    """A distribution name as PEP 503 normalizes it (``Pydantic_Core`` and ``pydantic-core`` are one)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_names(distribution: str, *, extras: bool = False) -> set[str]:
+    """The distribution names its pyproject.toml requires (normalized), with those of its extras if asked."""
+    project = tomllib.loads((DISTRIBUTIONS[distribution][0] / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    requirements = list(project["dependencies"])
+    if extras:
+        requirements += [r for extra in project.get("optional-dependencies", {}).values() for r in extra]
+    return {canonical(re.split(r"[\s\[<>=!~;]", r, maxsplit=1)[0]) for r in requirements}
+
+
 def installed_with(distribution: str) -> set[str]:
     """The distribution and the repository's distributions it depends on, transitively, as its pyproject.toml says."""
-    pyproject = tomllib.loads((DISTRIBUTIONS[distribution][0] / "pyproject.toml").read_text(encoding="utf-8"))
-    requirements = {r.split("==")[0].split("[")[0] for r in pyproject["project"]["dependencies"]}
-    return {distribution}.union(*(installed_with(d) for d in requirements & DISTRIBUTIONS.keys()))
+    return {distribution}.union(*(installed_with(d) for d in requirement_names(distribution) & DISTRIBUTIONS.keys()))
 
 
 def strands_tito_modules_imported(name: str) -> set[str]:
@@ -283,6 +299,22 @@ def test_each_distribution_imports_only_what_it_installs(distribution: str) -> N
         if imported not in available
     }
     assert not reaching
+
+
+@pytest.mark.parametrize("distribution", ["strands-tito-core", "strands-tito-exporters", "strands-tito-collector"])
+def test_the_collector_distributions_declare_what_they_import(distribution: str) -> None:
+    """Each third-party package a module imports when it loads is required by its distribution (or an extra of it),
+    or by one of ours it depends on: on a collector host nothing else is installed."""
+    providers = importlib.metadata.packages_distributions()
+    declared = set().union(*(requirement_names(d, extras=True) for d in installed_with(distribution)))
+    undeclared = {
+        f"{name} -> {module}"
+        for name in shipped_by(distribution)
+        for module, _ in runtime_imports(name, MODULES[name], load_time_only=True)
+        if (top := module.partition(".")[0]) not in {"", "__future__", "strands_tito", *sys.stdlib_module_names}
+        and not {canonical(d) for d in providers.get(top, [])} & declared
+    }
+    assert not undeclared
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,10 @@ accepts, and a value the collector would refuse is refused at the provider, with
 - **Token id**: an ``int`` in ``[0, MAX_TOKEN_ID]`` (it is stored as int32); ids read from JSON must not be ``bool``.
 - **Logprob**: an ``int``/``float`` (not ``bool``) that is finite and stays finite as float32 (its magnitude is below
   :data:`FLOAT32_OVERFLOW`), since spans and records store float32. A missing logprob (``None``; NaN in float32
-  arrays) is allowed where the caller's :data:`Missing` says so. Generated tokens use ``"all_or_none"``: either the
-  turn's logprobs were not asked for, or every generated token has a real one; a hole is never filled with a number.
+  arrays) is allowed where the caller's :data:`Missing` says so; never at a generated token (``"never"``).
+- **Logprobs recorded or not** (:func:`logprobs_presence`): a trajectory's turns all carry their generated tokens'
+  logprobs, or none does (``return_logprob`` off); a trajectory without them holds no logprob array at all (``None``,
+  ``null`` in records), never one filled with holes or numbers, and a turn that would mix the two is refused.
 - **Finish reason**: one of :data:`FINISH_REASONS`.
 - **Routed experts**: whole int32 rows for every position a turn routes; with a known layout ``(num_layers, top_k,
   num_experts)``, exactly ``num_layers x top_k`` ids per row, each below ``num_experts``.
@@ -49,6 +51,7 @@ __all__ = [
     "logprob_array",
     "logprob_value",
     "logprobs",
+    "logprobs_presence",
     "parse_json_spans",
     "routed_expert_rows",
     "token_id_array",
@@ -66,8 +69,8 @@ MAX_TOKEN_ID = 2**31 - 1
 FLOAT32_OVERFLOW = 2.0**128 * (1 - 2.0**-25)
 
 #: Where a logprob may be missing: ``anywhere``; only at index 0 (``first``, SGLang's input logprobs, whose first
-#: entry is null by protocol); ``never``; or ``all_or_none`` (a turn's generated tokens: all have one, or none was
-#: asked for).
+#: entry is null by protocol); ``never``; or ``all_or_none`` (only for span arrays written before logprobs could be
+#: absent, where a turn without them was all NaN; the decoder turns that into absence).
 Missing = Literal["anywhere", "first", "never", "all_or_none"]
 
 _NONE = type(None)
@@ -272,6 +275,19 @@ def logprob_array(value: Any, where: str, error: ErrorFactory, *, missing: Missi
         if not allowed:
             raise error(f"{where}: logprob {int(np.flatnonzero(absent)[0])} is missing (NaN) where one is required")
     return values
+
+
+def logprobs_presence(recorded: bool | None, given: bool, where: str, error: ErrorFactory) -> bool:
+    """Whether a trajectory records logprobs, once a turn that carries them (``given``) or not is added; ``recorded``
+    is what its turns so far did (None: no turn yet). Mixing is refused: a trainer reading a trajectory's logprobs
+    gets all of its generated tokens' real values, or none and a clear absence, never holes."""
+    if recorded is not None and recorded != given:
+        have, lack = ("has", "lack") if given else ("lacks", "have")
+        raise error(
+            f"{where} {have} output logprobs and the trajectory's earlier turns {lack} them: a trajectory records "
+            "logprobs for every turn or for none (keep return_logprob the same for the whole trajectory)"
+        )
+    return given
 
 
 # -- the rest ---------------------------------------------------------------------------------------------------------

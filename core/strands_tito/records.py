@@ -102,7 +102,7 @@ class CallEntry(TypedDict):
     index: int
     prompt_ids: list[int]
     output_ids: list[int]
-    output_logprobs: list[float | None]
+    output_logprobs: list[float | None] | None
     finish_reason: str
     request_id: str | None
 
@@ -129,7 +129,7 @@ class TokenFields(TypedDict):
     trajectory_id: str
     token_ids: list[int]
     loss_mask: list[int]
-    logprobs: list[float | None]
+    logprobs: list[float | None] | None
     segments: list[list[int]]
     turns: list[TurnEntry]
     image_data: list[str]
@@ -214,7 +214,12 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     RecordField("prefix_report", "json", [], "call records: the prefix check per pair"),
     RecordField("token_ids", "list<int32>", [], "prompt and output tokens of every turn, in order"),
     RecordField("loss_mask", "list<int8>", [], "1 for generated tokens, 0 for the rest"),
-    RecordField("logprobs", "list<float64>", [], "per token; None where not recorded"),
+    RecordField(
+        "logprobs",
+        "list<float64>",
+        [],
+        "per token, real at every output token (None only at prompt tokens); null: recorded without logprobs",
+    ),
     RecordField("segments", "segments", [], "(is_output 0/1, length) runs of loss_mask"),
     RecordField("turns", "json", [], "per turn: lengths, finish reason, request id, ..."),
     RecordField("image_data", "list<string>", [], "every prompt image in order, as base64 data URLs"),

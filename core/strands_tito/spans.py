@@ -97,11 +97,14 @@ def encode_ids(ids: Sequence[int] | bytes, encoding: Encoding) -> bytes | list[i
     return pack_int32(ids) if encoding == "packed" else list(ids)
 
 
-def encode_logprobs(logprobs: Sequence[float | None] | bytes, encoding: Encoding) -> bytes | list[float]:
-    """Logprobs as an attribute value; a missing logprob is NaN (OTLP arrays cannot hold nulls).
+def encode_logprobs(logprobs: Sequence[float | None] | bytes | None, encoding: Encoding) -> bytes | list[float] | None:
+    """Logprobs as an attribute value; a missing logprob is NaN (OTLP arrays cannot hold nulls); None (a turn
+    without logprobs) stays None: the span then carries no logprob attribute at all.
 
     ``bytes`` are taken as already packed little-endian float32.
     """
+    if logprobs is None:
+        return None
     if isinstance(logprobs, bytes):
         return logprobs if encoding == "packed" else np.frombuffer(logprobs, dtype="<f4").astype(float).tolist()
     if encoding == "packed":
@@ -110,22 +113,25 @@ def encode_logprobs(logprobs: Sequence[float | None] | bytes, encoding: Encoding
     return floats
 
 
-def _ids_array(value: Any, what: str) -> Any:
+def _token_ids(attributes: Mapping[str, Any], key: str) -> Any:
     """Token IDs as a validated int32 numpy array (no Python objects made for packed bytes)."""
-    return checks.token_id_array(value, what, SpanSchemaError)
+    return checks.token_id_array(_get(attributes, key, (bytes, list, tuple)), key, SpanSchemaError)
 
 
-def _logprobs_array(value: Any, what: str, missing: checks.Missing) -> Any:
-    """Logprobs as a validated float numpy array, NaN where the value is missing (not asked for)."""
-    return checks.logprob_array(value, what, SpanSchemaError, missing=missing)
+def _logprobs_of(attributes: Mapping[str, Any], key: str, ids: Any, missing: checks.Missing) -> Any:
+    """A span's logprobs as a validated float array as long as ``ids`` (NaN where missing), or None where the span
+    carries none: its turn recorded no logprobs (spans written before they could be absent: output all NaN)."""
+    if key not in attributes:
+        return None
+    values = checks.logprob_array(_get(attributes, key, (bytes, list, tuple)), key, SpanSchemaError, missing=missing)
+    if len(values) != len(ids):
+        raise SpanSchemaError("logprob arrays and token arrays differ in length")
+    return None if missing == "all_or_none" and np.isnan(values).all() else values
 
 
-def _ids_list(ids: Any) -> list[int]:
-    values: list[int] = ids.tolist()
-    return values
-
-
-def _logprobs_list(values: Any) -> list[float | None]:
+def _logprobs_list(values: Any) -> list[float | None] | None:
+    if values is None:
+        return None
     floats: list[float | None] = values.astype(np.float64).tolist()
     missing = np.flatnonzero(np.isnan(values))
     if len(missing) == len(floats):
@@ -144,9 +150,9 @@ class TurnSpan:
     prefix_length: int
     prefix_crc32: int
     prompt_ids: list[int]
-    prompt_logprobs: list[float | None]
+    prompt_logprobs: list[float | None] | None  # both None: the turn recorded no logprobs
     output_ids: list[int]
-    output_logprobs: list[float | None]
+    output_logprobs: list[float | None] | None
     finish_reason: str
     cached_tokens: int = 0
     request_id: str | None = None
@@ -176,7 +182,7 @@ class CallSpan:
     index: int
     prompt_ids: list[int]
     output_ids: list[int]
-    output_logprobs: list[float | None]
+    output_logprobs: list[float | None] | None  # None: the call has no logprobs (not asked for, or not all real)
     finish_reason: str
     model_id: str | None = None
     request_id: str | None = None
@@ -188,7 +194,7 @@ class CallSpan:
             "index": self.index,
             "prompt_ids": list(self.prompt_ids),
             "output_ids": list(self.output_ids),
-            "output_logprobs": list(self.output_logprobs),
+            "output_logprobs": None if self.output_logprobs is None else list(self.output_logprobs),
             "finish_reason": self.finish_reason,
             "request_id": self.request_id,
         }
@@ -245,9 +251,9 @@ def turn_attributes(
     prefix_length: int,
     prefix_crc32: int,
     prompt_ids: Sequence[int] | bytes,
-    prompt_logprobs: Sequence[float | None] | bytes,
+    prompt_logprobs: Sequence[float | None] | bytes | None,
     output_ids: Sequence[int] | bytes,
-    output_logprobs: Sequence[float | None] | bytes,
+    output_logprobs: Sequence[float | None] | bytes | None,
     *,
     finish_reason: str,
     encoding: Encoding = "packed",
@@ -263,7 +269,8 @@ def turn_attributes(
     weight_versions: Sequence[checks.WeightVersionSpan] = (),
 ) -> dict[str, Any]:
     """The attributes that put one turn on its ``chat`` span (``images``: from ``span_images.encode_images``;
-    ``routed_experts``: int32 rows, compact when their ``routed_experts_layout`` is known)."""
+    ``routed_experts``: int32 rows, compact when their ``routed_experts_layout`` is known; ``output_logprobs``
+    None: a turn without logprobs, whose span carries no logprob attributes)."""
     attributes: dict[str, Any] = {
         SCHEMA: SCHEMA_VERSION,
         KIND: "turn",
@@ -280,15 +287,13 @@ def turn_attributes(
         FINISH_REASON: finish_reason,
         CACHED_TOKENS: cached_tokens,
     }
-    if request_id is not None:
-        attributes[REQUEST_ID] = request_id
-    if weight_version is not None:
-        attributes[WEIGHT_VERSION] = weight_version
+    if output_logprobs is None:
+        del attributes[PROMPT_LOGPROBS], attributes[OUTPUT_LOGPROBS]
+    optional = {REQUEST_ID: request_id, WEIGHT_VERSION: weight_version, MODEL_ID: model_id}
+    attributes.update((key, value) for key, value in optional.items() if value is not None)
     if weight_versions:
         # Bytes, like the tool parse errors: the SDK's length limits only ever cut strings.
         attributes[WEIGHT_VERSIONS] = json.dumps(checks.weight_version_spans_json(weight_versions)).encode()
-    if model_id is not None:
-        attributes[MODEL_ID] = model_id
     if tool_parse_errors:
         # Bytes, not a string: the SDK's length limits only ever cut strings.
         attributes[TOOL_PARSE_ERRORS] = json.dumps(list(tool_parse_errors)).encode()
@@ -305,7 +310,7 @@ def call_attributes(
     index: int,
     prompt_ids: Sequence[int],
     output_ids: Sequence[int],
-    output_logprobs: Sequence[float | None],
+    output_logprobs: Sequence[float | None] | None,
     *,
     finish_reason: str,
     encoding: Encoding = "packed",
@@ -315,7 +320,7 @@ def call_attributes(
     """The attributes that put one OpenAI-compatible call on its ``chat`` span.
 
     ``prompt_ids`` is the whole prompt the server tokenized for this call; ``finish_reason`` is the server's string
-    (``stop``, ``length``, ``tool_calls``, ...); a logprob that was not asked for is NaN.
+    (``stop``, ``length``, ``tool_calls``, ...); ``output_logprobs`` None (not asked for): no logprob attribute.
     """
     attributes: dict[str, Any] = {
         SCHEMA: SCHEMA_VERSION,
@@ -328,6 +333,8 @@ def call_attributes(
         OUTPUT_LOGPROBS: encode_logprobs(output_logprobs, encoding),
         FINISH_REASON: finish_reason,
     }
+    if output_logprobs is None:
+        del attributes[OUTPUT_LOGPROBS]
     if model_id is not None:
         attributes[MODEL_ID] = model_id
     if request_id is not None:
@@ -346,13 +353,9 @@ def _digest(attributes: Mapping[str, Any]) -> int:
 
 
 def _decode_call(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool) -> CallSpan | SpanRef:
-    prompt_ids = _ids_array(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
-    output_ids = _ids_array(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
-    output_logprobs = _logprobs_array(
-        _get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS, "all_or_none"
-    )
-    if len(output_logprobs) != len(output_ids):
-        raise SpanSchemaError("logprob arrays and token arrays differ in length")
+    prompt_ids = _token_ids(attributes, PROMPT_IDS)
+    output_ids = _token_ids(attributes, OUTPUT_IDS)
+    output_logprobs = _logprobs_of(attributes, OUTPUT_LOGPROBS, output_ids, "all_or_none")
     if not len(prompt_ids) or not len(output_ids):
         raise SpanSchemaError("a call needs a non-empty prompt and output")
     index = _get_int(attributes, CALL_INDEX, 0, MAX_INDEX)
@@ -365,8 +368,8 @@ def _decode_call(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
     return CallSpan(
         trajectory_id=trajectory_id,
         index=index,
-        prompt_ids=_ids_list(prompt_ids),
-        output_ids=_ids_list(output_ids),
+        prompt_ids=prompt_ids.tolist(),
+        output_ids=output_ids.tolist(),
         output_logprobs=_logprobs_list(output_logprobs),
         finish_reason=finish_reason,
         model_id=model_id,
@@ -470,16 +473,13 @@ def decode_span(attributes: Mapping[str, Any], end_time_unix_nano: int = 0, *, u
 
 
 def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool) -> TurnSpan | SpanRef:
-    prompt_ids = _ids_array(_get(attributes, PROMPT_IDS, (bytes, list, tuple)), PROMPT_IDS)
-    output_ids = _ids_array(_get(attributes, OUTPUT_IDS, (bytes, list, tuple)), OUTPUT_IDS)
-    prompt_logprobs = _logprobs_array(
-        _get(attributes, PROMPT_LOGPROBS, (bytes, list, tuple)), PROMPT_LOGPROBS, "anywhere"
-    )
-    output_logprobs = _logprobs_array(
-        _get(attributes, OUTPUT_LOGPROBS, (bytes, list, tuple)), OUTPUT_LOGPROBS, "all_or_none"
-    )
-    if len(prompt_logprobs) != len(prompt_ids) or len(output_logprobs) != len(output_ids):
-        raise SpanSchemaError("logprob arrays and token arrays differ in length")
+    prompt_ids = _token_ids(attributes, PROMPT_IDS)
+    output_ids = _token_ids(attributes, OUTPUT_IDS)
+    if (PROMPT_LOGPROBS in attributes) != (OUTPUT_LOGPROBS in attributes):
+        raise SpanSchemaError(f"a turn carries both {PROMPT_LOGPROBS} and {OUTPUT_LOGPROBS} or neither")
+    prompt_logprobs = _logprobs_of(attributes, PROMPT_LOGPROBS, prompt_ids, "anywhere")
+    output_logprobs = _logprobs_of(attributes, OUTPUT_LOGPROBS, output_ids, "all_or_none")
+    prompt_logprobs = None if output_logprobs is None else prompt_logprobs
     errors = _tool_parse_errors(attributes.get(TOOL_PARSE_ERRORS))
     index = _get_int(attributes, TURN_INDEX, 0, MAX_INDEX)
     prefix_length = _get_int(attributes, PREFIX_LENGTH, 0, MAX_INDEX)
@@ -510,9 +510,9 @@ def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
         index=index,
         prefix_length=prefix_length,
         prefix_crc32=prefix_crc32,
-        prompt_ids=_ids_list(prompt_ids),
+        prompt_ids=prompt_ids.tolist(),
         prompt_logprobs=_logprobs_list(prompt_logprobs),
-        output_ids=_ids_list(output_ids),
+        output_ids=output_ids.tolist(),
         output_logprobs=_logprobs_list(output_logprobs),
         finish_reason=finish_reason,
         cached_tokens=cached_tokens,

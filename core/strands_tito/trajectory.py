@@ -116,7 +116,8 @@ class Turn:
 def _check_logprobs(
     name: str, logprobs: Sequence[float | None] | None, expected: int, missing: checks.Missing
 ) -> tuple[list[float | None], bytes]:
-    """Validated logprobs (:func:`strands_tito.checks.logprobs`), and the same as little-endian float32 bytes."""
+    """Validated logprobs (:func:`strands_tito.checks.logprobs`), and the same as little-endian float32 bytes (None
+    given: all missing, which only prompt tokens may be)."""
     if logprobs is None:
         return [None] * expected, np.full(expected, np.nan, dtype="<f4").tobytes()
     if len(logprobs) != expected:
@@ -144,9 +145,9 @@ class _CheckedTurn(NamedTuple):
     prompt_packed: bytes
     output: list[int]
     output_packed: bytes
-    prompt_logprobs: list[float | None]
+    prompt_logprobs: list[float | None] | None  # None (both): the turn carries no logprobs
     prompt_logprobs_packed: bytes
-    output_logprobs: list[float | None]
+    output_logprobs: list[float | None] | None
     output_logprobs_packed: bytes
     finish_reason: FinishReason
     routed_experts: str | None
@@ -161,12 +162,15 @@ class Trajectory:
 
     Invariants (checked in :meth:`append_turn`, the only mutator): ``token_ids``, ``loss_mask`` and ``logprobs``
     have equal lengths; the first segment is a prompt; segments tile ``token_ids`` exactly; ``loss_mask`` is 1
-    exactly on output tokens; each turn's routed-experts slice (if any) covers its positions.
+    exactly on output tokens; each turn's routed-experts slice (if any) covers its positions; ``logprobs`` is None
+    exactly when the turns carry no logprobs (asked for with ``return_logprob`` off), and otherwise holds a real
+    value at every output token (None only at prompt tokens): :func:`strands_tito.checks.logprobs_presence`.
     """
 
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
-    logprobs: list[float | None] = field(default_factory=list)
+    logprobs: list[float | None] | None = field(default_factory=list)
+    """Per token; None: this trajectory records no logprobs at all (never a list with holes at output tokens)."""
     segments: list[Segment] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     trajectory_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -175,7 +179,7 @@ class Trajectory:
     packed_ids: bytearray = field(default_factory=bytearray, repr=False, compare=False)
     """``token_ids`` as little-endian int32 bytes, grown with each turn (what spans carry, at memcpy cost)."""
     packed_logprobs: bytearray = field(default_factory=bytearray, repr=False, compare=False)
-    """``logprobs`` as little-endian float32 bytes, NaN where None."""
+    """``logprobs`` as little-endian float32 bytes, NaN where None (empty when ``logprobs`` is None)."""
     ids_json: bytearray = field(default_factory=bytearray, repr=False, compare=False)
     """``token_ids`` as the inside of a JSON array (``1,2,3``), grown with each turn: every request resends the
     whole trajectory, and this way only the new tokens are serialized."""
@@ -186,7 +190,8 @@ class Trajectory:
     def __post_init__(self) -> None:
         # Lists given to the constructor (strands-sglang 0.6's ``Rollout(token_ids=...)``) would skip every check.
         n = len(self.token_ids)
-        if len(self.loss_mask) != n or len(self.logprobs) != n or len(self.packed_ids) != 4 * n:
+        logprobs = n if self.logprobs is None else len(self.logprobs)
+        if len(self.loss_mask) != n or logprobs != n or len(self.packed_ids) != 4 * n:
             raise TrajectoryError(
                 "a Trajectory grows through append_turn / add_prompt / add_response; "
                 "Trajectory.model_validate(fields) builds one from its fields"
@@ -260,7 +265,7 @@ class Trajectory:
             output_ids: Tokens the model generated, stop token included.
             finish_reason: ``stop`` or ``length``; ``abort`` is accepted for records assembled from spans.
             prompt_logprobs: Server logprobs of ``prompt_ids`` (None entries where unknown).
-            output_logprobs: Server logprobs of ``output_ids``.
+            output_logprobs: Server logprobs of ``output_ids``, each real; None: no logprobs (as every other turn).
             matched_stop: The stop token id or string the server matched.
             prompt_tokens: The server's count of the whole prompt; must equal the new trajectory prefix length.
             cached_tokens: Prompt tokens served from the server's prefix cache.
@@ -314,9 +319,9 @@ class Trajectory:
             raise TrajectoryError("the first turn must start with a non-empty prompt")
         if not output:
             raise TrajectoryError("the model produced no tokens; nothing to record")
-        p_logprobs, p_packed = _check_logprobs("prompt_logprobs", prompt_logprobs, len(prompt), "anywhere")
-        # A generated token's logprob is never missing while the turn's others are there (it would be training data).
-        o_logprobs, o_packed = _check_logprobs("output_logprobs", output_logprobs, len(output), "all_or_none")
+        p_logprobs, p_packed, o_logprobs, o_packed = self._check_turn_logprobs(
+            prompt_logprobs, len(prompt), output_logprobs, len(output)
+        )
         checks.finish_reason(finish_reason, "finish_reason", TrajectoryError)
         start = len(self.token_ids)
         if prompt_tokens is not None and prompt_tokens != start + len(prompt):
@@ -350,6 +355,19 @@ class Trajectory:
             checked_top_p,
             routed_experts_layout if routed_experts is not None else None,
         )
+
+    def _check_turn_logprobs(
+        self, prompt: Sequence[float | None] | None, prompt_length: int, output: Sequence[float | None] | None,
+        output_length: int,
+    ) -> tuple[list[float | None] | None, bytes, list[float | None] | None, bytes]:  # fmt: skip
+        """A turn's prompt and output logprobs, checked and packed; both None (and no bytes) for a turn without."""
+        if self.expect_logprobs(output is not None, f"turn {len(self.turns)}"):
+            checked_prompt = _check_logprobs("prompt_logprobs", prompt, prompt_length, "anywhere")
+            # A generated token's logprob is never missing (it would be training data).
+            return *checked_prompt, *_check_logprobs("output_logprobs", output, output_length, "never")
+        if prompt is not None and any(v is not None for v in prompt):
+            raise TrajectoryError("prompt_logprobs given for a turn without output logprobs")
+        return None, b"", None, b""
 
     def _commit_turn(
         self,
@@ -392,24 +410,43 @@ class Trajectory:
         self.images.extend(new.images)
         return turn
 
-    def _extend(self, ids: list[int], packed: bytes, logprobs: list[float | None], logprobs_packed: bytes, /,
+    def _extend(self, ids: list[int], packed: bytes, logprobs: list[float | None] | None, logprobs_packed: bytes, /,
                 is_output: bool) -> None:  # fmt: skip
-        """Append checked tokens of one kind (one segment per run of a kind). Cannot fail."""
+        """Append checked tokens of one kind (one segment per run of a kind); ``logprobs`` None: the trajectory records
+        none from now on (checked by :meth:`expect_logprobs`). Cannot fail."""
+        if logprobs is None:
+            self.logprobs = None
+            self.packed_logprobs.clear()
         if not ids:
             return
         start = len(self.token_ids)
         self.crc32 = zlib.crc32(packed, self.crc32)
         self.packed_ids += packed
-        self.packed_logprobs += logprobs_packed
         self.ids_json += (b"," if self.ids_json else b"") + orjson.dumps(ids)[1:-1]
         self.token_ids.extend(ids)
         self.loss_mask.extend([int(is_output)] * len(ids))
-        self.logprobs.extend(logprobs)
+        if self.logprobs is not None and logprobs is not None:
+            self.packed_logprobs += logprobs_packed
+            self.logprobs.extend(logprobs)
         if self.segments and self.segments[-1].is_output == is_output:
             last = self.segments[-1]
             self.segments[-1] = Segment(is_output, last.start, last.length + len(ids))
         else:
             self.segments.append(Segment(is_output, start, len(ids)))
+
+    def expect_logprobs(self, given: bool, where: str = "the next turn") -> bool:
+        """Check that a turn with (``given``) or without output logprobs may be added: every turn of a trajectory
+        carries them or none does (:func:`strands_tito.checks.logprobs_presence`); a provider calls it before
+        sending a request. Returns ``given``.
+
+        Raises:
+            TrajectoryError: The turn would mix, or it has none while prompt tokens added by hand have real ones.
+        """
+        recorded = False if self.logprobs is None else (True if self.turns else None)
+        checks.logprobs_presence(recorded, given, where, TrajectoryError)
+        if not given and self.logprobs and any(v is not None for v in self.logprobs):
+            raise TrajectoryError(f"{where} lacks output logprobs, but prompt tokens were added with real ones")
+        return given
 
     def _turn_start(self) -> int:
         """Where the next turn's prompt starts: right after the last turn's output."""
@@ -426,6 +463,8 @@ class Trajectory:
         """
         ids, ids_packed = checks.token_ids(token_ids, "token_ids", TrajectoryError)
         checked, packed = _check_logprobs("logprobs", logprobs, len(ids), "anywhere")
+        if self.logprobs is None and any(v is not None for v in checked):
+            raise TrajectoryError("logprobs given to a trajectory that records none (its turns carry no logprobs)")
         self._extend(ids, ids_packed, checked, packed, False)
 
     def add_response(self, token_ids: Sequence[int], logprobs: Sequence[float | None] | None = None) -> None:
@@ -491,7 +530,7 @@ class Trajectory:
             "trajectory_id": self.trajectory_id,
             "token_ids": list(self.token_ids),
             "loss_mask": list(self.loss_mask),
-            "logprobs": list(self.logprobs),
+            "logprobs": None if self.logprobs is None else list(self.logprobs),  # None: not recorded at all
             # (is_output as 0/1, length): plain ints, so columnar readers (pyarrow, pandas, datasets) infer one type.
             "segments": [[int(s.is_output), s.length] for s in self.segments],
             "turns": [t.as_dict() for t in self.turns],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, NotRequired, TypedDict
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import core_schema
@@ -58,7 +58,7 @@ class TrajectoryFields(TypedDict, total=False):
     trajectory_id: str
     token_ids: list[int]
     loss_mask: list[int]
-    logprobs: list[float | None]
+    logprobs: list[float | None] | None
     segment_info: list[tuple[bool, int]]
     routed_experts: list[str]
     image_data: list[str]
@@ -84,7 +84,7 @@ def fields_of(trajectory: Trajectory, *, json: bool = False) -> TrajectoryFields
         "trajectory_id": trajectory.trajectory_id,
         "token_ids": list(trajectory.token_ids),
         "loss_mask": list(trajectory.loss_mask),
-        "logprobs": list(trajectory.logprobs),
+        "logprobs": None if trajectory.logprobs is None else list(trajectory.logprobs),
         "segment_info": [[*pair] for pair in trajectory.segment_info] if json else trajectory.segment_info,  # type: ignore[misc]
         "routed_experts": trajectory.routed_experts,
         "image_data": list(trajectory.images),
@@ -130,9 +130,11 @@ def _replay(trajectory: Trajectory, fields: Mapping[str, Any]) -> Trajectory:
             raise TrajectoryError("trajectory_id must be a string")
         trajectory.trajectory_id = fields["trajectory_id"]
     ids = list(fields.get("token_ids", ()))
-    logprobs = list(fields.get("logprobs", [None] * len(ids)))
-    if len(logprobs) != len(ids):
-        raise TrajectoryError(f"{len(logprobs)} logprobs for {len(ids)} token ids")
+    # None (or absent): recorded without logprobs; a list: per token (an older dump's turn without them is all None)
+    given = fields.get("logprobs")
+    logprobs = _Logprobs(None if given is None else list(given))
+    if logprobs.values is not None and len(logprobs.values) != len(ids):
+        raise TrajectoryError(f"{len(logprobs.values)} logprobs for {len(ids)} token ids")
     routed = list(fields.get("routed_experts", ()))
     images = list(fields.get("image_data", ()))
     if "turns" in fields:
@@ -143,12 +145,26 @@ def _replay(trajectory: Trajectory, fields: Mapping[str, Any]) -> Trajectory:
         end = _replay_turns(trajectory, ids, logprobs, turns, routed, images)
     else:
         end = _replay_segments(trajectory, ids, logprobs, fields, routed, images)
-    trajectory.add_prompt(ids[end:], logprobs[end:])  # prompt tokens added after the last turn
+    trajectory.add_prompt(ids[end:], logprobs.prompt(end, len(ids)))  # prompt tokens added after the last turn
     if "loss_mask" in fields and list(fields["loss_mask"]) != trajectory.loss_mask:
         raise TrajectoryError("loss_mask is not 1 exactly on the turns' output tokens")
     if "segment_info" in fields and _runs(fields["segment_info"]) != trajectory.segment_info:
         raise TrajectoryError("segment_info does not match the turns")
     return trajectory
+
+
+class _Logprobs(NamedTuple):
+    """A dump's logprobs (None: not recorded), sliced for :meth:`Trajectory.append_turn`."""
+
+    values: list[float | None] | None
+
+    def prompt(self, start: int, end: int) -> list[float | None] | None:
+        return None if self.values is None else self.values[start:end]
+
+    def output(self, start: int, end: int) -> list[float | None] | None:
+        """None for a turn without logprobs (all None in dumps written before a trajectory could lack them)."""
+        values = self.prompt(start, end)
+        return None if values is None or values.count(None) == len(values) else values
 
 
 @cache
@@ -159,7 +175,7 @@ def _turn_list() -> TypeAdapter[list[TurnFields]]:
 def _replay_turns(
     trajectory: Trajectory,
     ids: list[int],
-    logprobs: list[float | None],
+    logprobs: _Logprobs,
     turns: Sequence[Mapping[str, Any]],
     routed: list[str],
     images: list[str],
@@ -184,8 +200,8 @@ def _replay_turns(
             ids[position:middle],
             ids[middle:end],
             finish_reason=turn["finish_reason"],
-            prompt_logprobs=logprobs[position:middle],
-            output_logprobs=logprobs[middle:end],
+            prompt_logprobs=logprobs.prompt(position, middle),
+            output_logprobs=logprobs.output(middle, end),
             matched_stop=turn["matched_stop"],
             cached_tokens=turn["cached_tokens"],
             latency_s=turn["latency_s"],
@@ -205,7 +221,7 @@ def _replay_turns(
 def _replay_segments(
     trajectory: Trajectory,
     ids: list[int],
-    logprobs: list[float | None],
+    logprobs: _Logprobs,
     fields: Mapping[str, Any],
     routed: list[str],
     images: list[str],
@@ -225,7 +241,7 @@ def _replay_segments(
     position = end = 0
     for is_output, length in segments:
         if not is_output:
-            trajectory.add_prompt(ids[position : position + length], logprobs[position : position + length])
+            trajectory.add_prompt(ids[position : position + length], logprobs.prompt(position, position + length))
         else:
             if not trajectory.segments:
                 raise TrajectoryError("the first segment must be a prompt")
@@ -234,7 +250,7 @@ def _replay_segments(
                 (),
                 ids[position : position + length],
                 finish_reason="stop",
-                output_logprobs=logprobs[position : position + length],
+                output_logprobs=logprobs.output(position, position + length),
                 routed_experts=routed[len(trajectory.turns)] if routed else None,
                 image_data=images if first else (),
             )

@@ -54,11 +54,12 @@ class Decoder:
 
 def _segments(record: Mapping[str, Any]) -> Iterable[tuple[bool, list[int], list[float | None]]]:
     position = 0
+    logprobs = record["logprobs"] or [None] * len(record["token_ids"])  # null: recorded without logprobs
     for is_output, length in record["segments"]:
         yield (
             bool(is_output),
             record["token_ids"][position : position + length],
-            record["logprobs"][position : position + length],
+            logprobs[position : position + length],
         )
         position += length
 
@@ -68,7 +69,7 @@ def turn_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for turn in record.get("turns", []):
         start = turn["prompt_start"] + turn["prompt_length"]
-        values = [v for v in record["logprobs"][start : start + turn["output_length"]] if v is not None]
+        values = [v for v in (record["logprobs"] or [])[start : start + turn["output_length"]] if v is not None]
         rows.append(
             {
                 "turn": turn["index"],

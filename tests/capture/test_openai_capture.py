@@ -98,7 +98,8 @@ async def test_calls_are_exact_and_share_the_prefix(start_engine, memory, instru
     assert record.complete, record.reason
     assert_calls_match_engine(record, engine)
     assert [c.finish_reason for c in record.calls] == ["tool_calls", "stop"]
-    assert all(lp is None for c in record.calls for lp in c.output_logprobs)  # not asked for: NaN on the span
+    # Not asked for: no logprob attribute on the spans, and no logprob array in the calls or the trajectory.
+    assert all(c.output_logprobs is None for c in record.calls) and record.trajectory.logprobs is None
     assert record.prefix_consistent is True and record.merged_calls == 2
     [check] = record.prefix_report
     assert check.shares_prefix and check.divergence is None

@@ -125,6 +125,13 @@ def test_the_collector_reads_its_options_once_and_the_docs_table_is_its_own(
     config = parse_args(["--agl-url", "http://127.0.0.1:9", "--store", str(tmp_path)])
     assert isinstance(config, CollectorConfig)
     assert (config.token, config.agl_key) == ("from-the-environment", "agl-secret")
+    # One set of defaults: the command's equal the config's, but for where the store goes by default (the command
+    # keeps its directory) and the gRPC host (the config's None means "the HTTP host", what the command spells out).
+    monkeypatch.delenv("STRANDS_TITO_COLLECTOR_TOKEN")
+    monkeypatch.delenv("AGL_KEY")
+    from_command, plain = vars(parse_args([])), vars(CollectorConfig())
+    differ = {name for name in plain if from_command[name] != plain[name]}
+    assert differ == {"store", "grpc_host"} and from_command["grpc_host"] == plain["host"]
 
 
 @pytest.mark.parametrize(

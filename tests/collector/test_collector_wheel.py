@@ -150,7 +150,7 @@ def test_a_trajectory_sent_by_the_sdk_is_written_token_for_token(collector_port:
     provider.add_span_processor(
         SimpleSpanProcessor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{collector_port}/v1/traces"))
     )
-    tracer = provider.get_tracer("tests.test_collector_wheel")
+    tracer = provider.get_tracer("tests.collector.test_collector_wheel")
     for attributes in turn_attribute_sets(trajectory, model_id="test-model"):
         tracer.start_span("chat", attributes={"gen_ai.operation.name": "chat", **attributes}).end()
     tracer.start_span(schema.SPAN_END, attributes=end_attributes(trajectory)).end()

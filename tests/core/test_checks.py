@@ -168,24 +168,63 @@ def test_what_the_provider_accepts_the_collector_accepts(
 
 @pytest.mark.parametrize(
     ("output_logprobs", "accepted"),
-    [([-0.1, -0.2], True), ([None, None], True), (None, True), ([-0.1, None], False), ([None, -0.1], False)],
+    [([-0.1, -0.2], True), (None, True), ([None, None], False), ([-0.1, None], False), ([None, -0.1], False)],
 )
-def test_a_generated_token_never_holds_a_missing_logprob_beside_real_ones(
+def test_a_generated_token_never_holds_a_missing_logprob(
     output_logprobs: list[float | None] | None, accepted: bool
 ) -> None:
-    """All of a turn's generated tokens have a real logprob, or none was asked for; never a hole at loss-mask 1."""
+    """A turn's generated tokens all have a real logprob, or the turn carries none (``None``: the trajectory then
+    holds no logprob array at all); never a hole at loss-mask 1, not even all holes."""
     t = Trajectory()
     if accepted:
         t.append_turn([1], [2, 3], finish_reason="stop", output_logprobs=output_logprobs)
+        assert t.logprobs == (None if output_logprobs is None else [None, *output_logprobs])
+        assert t.to_dict()["logprobs"] == t.logprobs and (output_logprobs is not None or not t.packed_logprobs)
     else:
         with pytest.raises(TrajectoryError, match="logprob is missing"):
             t.append_turn([1], [2, 3], finish_reason="stop", output_logprobs=output_logprobs)
+        assert t.logprobs == [] and not t.turns
+    # Span arrays written before a turn could lack logprobs were all NaN for such a turn: still read, as absence.
     array = [math.nan if v is None else v for v in output_logprobs or [None, None]]
-    if accepted:
+    if accepted or output_logprobs == [None, None]:
         checks.logprob_array(array, "lp", Refused, missing="all_or_none")
     else:
         with pytest.raises(Refused, match="missing"):
             checks.logprob_array(array, "lp", Refused, missing="all_or_none")
+
+
+@pytest.mark.parametrize("first_has", [True, False])
+def test_a_trajectory_records_logprobs_for_every_turn_or_for_none(first_has: bool) -> None:
+    """The rule (``checks.logprobs_presence``): a turn that would mix is refused, naming why, and nothing changes."""
+    with pytest.raises(Refused, match=r"earlier turns (lack|have) them"):
+        checks.logprobs_presence(first_has, not first_has, "turn 1", Refused)
+    assert checks.logprobs_presence(None, first_has, "turn 0", Refused) is first_has
+    t = Trajectory()
+    t.append_turn([1], [2], finish_reason="stop", output_logprobs=[-0.5] if first_has else None)
+    before = t.to_dict()
+    with pytest.raises(TrajectoryError, match="records logprobs for every turn or for none"):
+        t.append_turn([3], [4], finish_reason="stop", output_logprobs=None if first_has else [-0.5])
+    assert t.to_dict() == before
+    with pytest.raises(TrajectoryError, match="for every turn or for none"):
+        t.expect_logprobs(not first_has)
+    t.append_turn([3], [4], finish_reason="stop", output_logprobs=[-0.5] if first_has else None)
+    assert (t.logprobs is None) is not first_has
+    assert Trajectory.model_validate(t.model_dump()).to_dict() == t.to_dict()
+
+
+def test_logprobs_of_prompt_tokens_need_a_trajectory_that_records_logprobs() -> None:
+    t = Trajectory()
+    t.add_prompt([1, 2], [None, -0.3])
+    with pytest.raises(TrajectoryError, match="prompt tokens were added with real ones"):
+        t.append_turn([], [3], finish_reason="stop")
+    bare = Trajectory()
+    bare.append_turn([1], [2], finish_reason="stop")
+    with pytest.raises(TrajectoryError, match="records none"):
+        bare.add_prompt([3], [-0.1])
+    with pytest.raises(TrajectoryError, match="prompt_logprobs given for a turn without output logprobs"):
+        bare.append_turn([3], [4], finish_reason="stop", prompt_logprobs=[-0.2])
+    bare.add_prompt([3])
+    assert bare.logprobs is None and bare.token_ids == [1, 2, 3]
 
 
 def test_token_ids_are_int32() -> None:

@@ -44,7 +44,7 @@ def call_record() -> dict[str, Any]:
     """A stock-OpenAI call trajectory of three calls; the third re-renders the history (a prefix break)."""
     calls = {
         0: CallSpan("call-1", 0, [1, 2, 3], [4, 5], [-0.1, -0.2], "tool_calls", "m", "req-0"),
-        1: CallSpan("call-1", 1, [1, 2, 3, 4, 5, 6], [7], [None], "stop", "m", "req-1"),
+        1: CallSpan("call-1", 1, [1, 2, 3, 4, 5, 6], [7], [-0.4], "stop", "m", "req-1"),
         2: CallSpan("call-1", 2, [1, 2, 9], [10], [-0.3], "stop", "m", None),
     }
     length, crc = 0, 0

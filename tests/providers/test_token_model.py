@@ -544,3 +544,11 @@ async def test_cancel_signal_abandons_the_request(start_engine, qwen3, backend: 
             break
         await asyncio.sleep(0.05)
     assert [r.disconnected for r in engine.records if r.path == backend.route] == [True]
+
+
+def test_a_client_of_the_other_backend_is_refused(qwen3, backend: Backend) -> None:  # type: ignore[no-untyped-def]
+    """An SGLangModel on a VLLMClient would post SGLang's fields to vLLM's routes (and the reverse): refused at once."""
+    wrong = VLLMClient if backend is SGLANG else SGLangClient
+    model_type = SGLangModel if backend is SGLANG else VLLMModel
+    with pytest.raises(TypeError, match=f"speaks {backend.name}: client= must be a .*not a {wrong.__name__}"):
+        model_type(tokenizer=qwen3, client=wrong("http://127.0.0.1:9"))

@@ -127,7 +127,7 @@ def _calls(record: ExportedRecord) -> list[dict[str, Any]]:
             {
                 "prompt": ids[:start],  # the whole context the model was given for this call
                 "output": ids[start:end],
-                "logprobs": logprobs[start:end],
+                "logprobs": None if logprobs is None else logprobs[start:end],
                 "finish_reason": turn["finish_reason"],
                 "request_id": turn.get("request_id"),
                 "weight_version": turn.get("weight_version"),
@@ -161,11 +161,10 @@ def _model_request(schemas: Any, tid: str, index: int, call: Mapping[str, Any], 
         "index": 0,
         "finish_reason": call["finish_reason"],
         "token_ids": output,
-        # A logprob that was not recorded stays None: Agent Lightning then reports the call's logprobs as
-        # null rather than a list that would misalign (its rule for any non-number).
-        "logprobs": {
-            "content": [{"logprob": None if v is None or not math.isfinite(v) else float(v)} for v in logprobs]
-        },
+        # Recorded without logprobs: null, as an OpenAI choice that did not ask for them (never numbers made up).
+        "logprobs": None
+        if logprobs is None
+        else {"content": [{"logprob": None if v is None or not math.isfinite(v) else float(v)} for v in logprobs]},
     }
     if call.get("weight_versions"):
         # Which weights sampled which of these tokens, in vLLM's own choice field (vllm/outputs.py:49-56).

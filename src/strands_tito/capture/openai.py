@@ -5,7 +5,7 @@ While capture is on -- the conditions of :func:`~strands_tito.capture.recorder.r
 (Strands' ``chat`` span inside ``stream``) and ``STRANDS_TITO_CAPTURE`` is not ``0`` -- each chat completion asks the
 server for token ids and is recorded exactly, as one ``call`` span kind on its ``chat`` span (see
 :func:`~strands_tito.spans.call_attributes`): the whole prompt the server rendered and tokenized, the output ids,
-the output logprobs when the request asked for ``logprobs`` (NaN otherwise), the finish reason, the call's index and
+the output logprobs when the request asked for ``logprobs`` (absent otherwise), the finish reason, the call's index and
 the agent's trajectory id. With capture off nothing is added to the request.
 
 How it works:
@@ -210,15 +210,16 @@ class _Call:
         for choice in self._top(chunk)[:1]:
             self._choice(choice)
 
-    def result(self) -> tuple[list[int], list[int], list[float | None], str] | None:
-        """``(prompt_ids, output_ids, output_logprobs, finish_reason)``, or None (with :attr:`problem` set)."""
+    def result(self) -> tuple[list[int], list[int], list[float | None] | None, str] | None:
+        """``(prompt_ids, output_ids, output_logprobs, finish_reason)``, or None (with :attr:`problem` set);
+        ``output_logprobs`` None: not asked for, or not a real one for every token (the call records none)."""
         if self.problem is None and self.prompt_ids is None:
             self.problem = "the server returned no prompt token ids (does it support return_token_ids?)"
         if self.problem is None and not self.saw_output_ids:
             self.problem = "the server returned no output token ids (does it support return_token_ids?)"
         if self.problem is not None or self.prompt_ids is None:
             return None
-        logprobs: list[float | None] = [None] * len(self.output_ids)
+        logprobs: list[float | None] | None = None
         if self.saw_logprobs:
             if len(self.logprobs) == len(self.output_ids) and None not in self.logprobs:
                 logprobs = list(self.logprobs)

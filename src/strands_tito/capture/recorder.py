@@ -182,10 +182,10 @@ def record_turn(
         prompt_logprobs, output_logprobs = bytes(lps[first : 4 * start]), bytes(lps[4 * start : 4 * end])
     else:
         prompt_ids, output_ids = trajectory.token_ids[turn.prompt_start : start], trajectory.token_ids[start:end]
-        prompt_logprobs, output_logprobs = (
-            trajectory.logprobs[turn.prompt_start : start],
-            trajectory.logprobs[start:end],
-        )
+        lp = trajectory.logprobs or []
+        prompt_logprobs, output_logprobs = lp[turn.prompt_start : start], lp[start:end]
+    if trajectory.logprobs is None:  # recorded without logprobs: the span carries none
+        prompt_logprobs = output_logprobs = None
     attributes = spans.turn_attributes(
         trajectory.trajectory_id,
         turn.index,
@@ -238,7 +238,7 @@ def record_call(
     index: int,
     prompt_ids: Sequence[int],
     output_ids: Sequence[int],
-    output_logprobs: Sequence[float | None],
+    output_logprobs: Sequence[float | None] | None,
     *,
     finish_reason: str,
     model_id: str | None = None,

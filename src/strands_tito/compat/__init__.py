@@ -16,8 +16,8 @@ package stays the one place to read:
   exact incremental encoder (``strands_tito.providers.prompt``) replaces the re-rendering they belong to:
   ``format_content_block``, ``sort_tool_results``, ``collect_image_data``, ``tokenize_prompt_messages``,
   ``message_separator``;
-- ``SGLangClient`` (``TokenClient``): ``max_retries`` and ``retry_delay`` (fields of its :class:`RetryPolicy`),
-  ``close()``, ``generate(input_ids, **fields)``;
+- ``SGLangClient`` (SGLang's routes on the shared transport ``TokenClient``): ``max_retries`` and ``retry_delay``
+  (fields of its :class:`RetryPolicy`), ``close()``, ``generate(input_ids, **fields)``;
 - ``ServerHTTPError``: 0.6.2's constructor ``(message, *, status, body)``; the ``SGLang*`` error names
   (:mod:`strands_tito.errors`);
 - ``Trajectory``: ``Rollout`` is the same class; ``segment_info``, ``initial_prompt_length``;

@@ -132,6 +132,7 @@ class SGLangModel(TokenModel):
     response_error = SGLangResponseError
     aborted_error = SGLangAbortedError
     config_type = SGLangConfig
+    client_type = SGLangClient
     client: SGLangClient
     config: SGLangConfig
 
@@ -180,7 +181,7 @@ class SGLangModel(TokenModel):
         # /model_info is asked once (cached on success), before the first request that carries images.
         if not await self.client.is_multimodal():
             raise ImagesNotSupportedError(
-                "the prompt has images but the served model does not understand images (/model_info reports "
+                "the prompt has images but the served model does not understand images (SGLang's /model_info reports "
                 "has_image_understanding false); serve a vision-language model"
             )
 

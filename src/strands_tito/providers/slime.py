@@ -23,7 +23,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase
 from strands_tito.capture.recorder import lineage_of_trajectory
 from strands_tito.providers.sglang_client import SGLangClient
 from strands_tito.replay import decode_routed_experts, top_p_rows
-from strands_tito.trajectory import Trajectory
+from strands_tito.trajectory import Trajectory, TrajectoryError
 
 _STATUS = {"stop": "COMPLETED", "length": "TRUNCATED", "abort": "ABORTED"}
 
@@ -53,22 +53,35 @@ def get_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return tokenizer
 
 
-def fill_sample(sample: Any, trajectory: Trajectory, tokenizer: PreTrainedTokenizerBase | None = None) -> Any:
+def fill_sample(
+    sample: Any, trajectory: Trajectory, tokenizer: PreTrainedTokenizerBase | None = None, *, logprobs: bool = True
+) -> Any:
     """Fill ``sample``'s token fields from ``trajectory`` (see the module docstring); returns ``sample``.
 
     Tokens between model calls (tool results, template glue) get loss mask 0, logprob 0.0 and an empty top-p row,
-    as slime's ``append_response_tokens`` gives them. Routing is set when every turn has it with a known layout
-    (``routed_experts_layout=``); the top-p fields when every turn recorded its sets (``return_top_p=True``).
-    ``response`` is decoded when a ``tokenizer`` is given.
+    as slime's ``append_response_tokens`` gives them. A trajectory recorded without logprobs (``return_logprob``
+    off) raises :class:`~strands_tito.trajectory.TrajectoryError` rather than filling ``rollout_log_probs`` with
+    made-up values; ``logprobs=False`` leaves ``rollout_log_probs`` None for it (slime then recomputes them).
+    Routing is set when every turn has it with a known layout (``routed_experts_layout=``); the top-p fields when
+    every turn recorded its sets (``return_top_p=True``). ``response`` is decoded when a ``tokenizer`` is given.
     """
     start = trajectory.initial_prompt_length
     sample.tokens = list(trajectory.token_ids)
     sample.response_length = len(trajectory) - start
     sample.loss_mask = trajectory.loss_mask[start:]
-    sample.rollout_log_probs = [
-        0.0 if value is None and not masked else value
-        for value, masked in zip(trajectory.logprobs[start:], sample.loss_mask, strict=True)
-    ]
+    if trajectory.logprobs is None and logprobs:
+        raise TrajectoryError(
+            f"trajectory {trajectory.trajectory_id} was recorded without logprobs (return_logprob off), so slime's "
+            "rollout_log_probs cannot be filled; record with return_logprob=True, or pass logprobs=False"
+        )
+    sample.rollout_log_probs = (
+        None
+        if trajectory.logprobs is None
+        else [
+            0.0 if value is None and not masked else value
+            for value, masked in zip(trajectory.logprobs[start:], sample.loss_mask, strict=True)
+        ]
+    )
     sample.weight_versions = [t.weight_version for t in trajectory.turns if t.weight_version is not None]
     if trajectory.turns:
         sample.status = getattr(type(sample).Status, _STATUS[trajectory.turns[-1].finish_reason])

@@ -116,6 +116,8 @@ class TokenModel(Model):
     #: Errors raised for an unusable reply and a server abort.
     response_error: ClassVar[type[TokenResponseError]] = TokenResponseError
     aborted_error: ClassVar[type[TokenAbortedError]] = TokenAbortedError
+    #: The backend's client class: a client of another backend is refused at construction.
+    client_type: ClassVar[type[TokenClient]] = TokenClient
     #: The provider's configuration ``TypedDict``: keys it does not define warn (a typo is named, not ignored).
     config_type: ClassVar[type] = BaseModelConfig
 
@@ -131,6 +133,11 @@ class TokenModel(Model):
         defaults: dict[str, Any],
         config: dict[str, Any],
     ) -> None:
+        if isinstance(client, TokenClient) and not isinstance(client, self.client_type):
+            raise TypeError(
+                f"{type(self).__name__} speaks {self.client_type.backend_name}: client= must be a "
+                f"{self.client_type.__name__}, not a {type(client).__name__} ({client.backend_name}'s routes)"
+            )
         self.client = client
         self.tokenizer = tokenizer
         # "auto": the parser the tokenizer's chat template and special tokens call for, or a clear error. The default
@@ -413,7 +420,8 @@ class TokenModel(Model):
             new_prompt=len(prompt_ids),
             recorded=len(trajectory),
             sampling_params=sampling_params,
-            return_logprob=bool(self.config.get("return_logprob", True)),
+            # Every turn of a trajectory records logprobs or none does: refused before anything is sent.
+            return_logprob=trajectory.expect_logprobs(bool(self.config.get("return_logprob", True))),
             cancel_signal=cancel_signal,
             image_data=image_data,
         )

@@ -146,6 +146,7 @@ class VLLMModel(TokenModel):
     response_error = VLLMResponseError
     aborted_error = VLLMAbortedError
     config_type = VLLMConfig
+    client_type = VLLMClient
 
     client: VLLMClient
     config: VLLMConfig
