@@ -47,6 +47,11 @@ def thinking_switch(name: str) -> str:
     return str(manifest()["families"][name].get("thinking_switch", "enable_thinking"))
 
 
+def other_originals(name: str) -> list[str]:
+    """The files of the family's other verified originals (another repository's text), which its tests render too."""
+    return [entry["file"] for entry in manifest()["families"][name].get("other_originals", [])]
+
+
 @functools.cache
 def original_encoder(name: str) -> types.ModuleType:
     """The family's original Python encoder (DeepSeek-V3.2 ships one instead of a template), loaded from its
@@ -74,8 +79,17 @@ def original_prompt(name: str, messages: list[dict[str, Any]], tools: list[dict[
 @functools.cache
 def reference_tokenizer(name: str) -> PreTrainedTokenizerFast:
     """The family's tokenizer (:func:`family_tokenizer`) with its reference template. Treat as read-only."""
+    return _with_template(name, reference_template(name))
+
+
+@functools.cache
+def original_tokenizer(name: str, file: str) -> PreTrainedTokenizerFast:
+    """The family's tokenizer with the vendored original ``file`` (of :func:`other_originals`). Treat as read-only."""
+    return _with_template(name, (TEMPLATES / file).read_text(encoding="utf-8"))
+
+
+def _with_template(name: str, template: str) -> PreTrainedTokenizerFast:
     tokenizer = family_tokenizer(name)
-    template = reference_template(name)
     if tokenizer.chat_template == template:
         return tokenizer
     tokenizer = copy.deepcopy(tokenizer)

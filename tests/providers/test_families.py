@@ -40,6 +40,8 @@ from ..conftest import assert_matches_engine, generate_records, make_agent, make
 from ..templates import (
     json_text_arguments,
     original_prompt,
+    original_tokenizer,
+    other_originals,
     reference_template,
     reference_tokenizer,
     thinking_switch,
@@ -262,10 +264,27 @@ FAMILY_CASES = [
 ]
 
 
+#: The same episodes on a family's other verified originals (another repository's text, tests/data/templates).
+OTHER_ORIGINAL_CASES = [
+    pytest.param(case.values[0], case.values[1], file, id=f"{case.id}-{file.removesuffix('.jinja')}", marks=case.marks)
+    for case in FAMILY_CASES
+    for file in other_originals(str(case.values[0]))
+]
+
+
 @pytest.mark.parametrize(("name", "thinking"), FAMILY_CASES)
 async def test_family_episode(start_engine, name: str, thinking: bool | None) -> None:  # type: ignore[no-untyped-def]
+    await check_episode(start_engine, name, thinking, reference_tokenizer(name))
+
+
+@pytest.mark.parametrize(("name", "thinking", "file"), OTHER_ORIGINAL_CASES)
+async def test_family_episode_on_other_originals(start_engine, name: str, thinking: bool | None, file: str) -> None:  # type: ignore[no-untyped-def]
+    await check_episode(start_engine, name, thinking, original_tokenizer(name, file))
+
+
+async def check_episode(start_engine, name: str, thinking: bool | None, tokenizer: PreTrainedTokenizerBase) -> None:  # type: ignore[no-untyped-def]
+    """A real agent's two-query episode: strict calls, a trajectory equal to the engine's, template fidelity."""
     spec = FAMILIES[name]
-    tokenizer = reference_tokenizer(name)
     if spec.parser not in TOOL_PARSERS:
         pytest.skip(f"tool parser {spec.parser!r} is not merged yet")
     render = Renderer(spec, tokenizer, thinking)

@@ -26,6 +26,8 @@ from ..templates import (
     manifest,
     original_encoder,
     original_prompt,
+    original_tokenizer,
+    other_originals,
     reference_template,
     reference_tokenizer,
 )
@@ -56,6 +58,7 @@ def test_every_family_has_a_recorded_reference() -> None:
             assert source.startswith("https://github.com/") or "generated_by" in entry["original"], name
     vendored = {e["original"]["file"] for e in entries.values() if "original" in e}
     vendored |= {e["original"]["file"] for e in manifest()["refused"].values() if "original" in e}
+    vendored |= {other["file"] for e in entries.values() for other in e.get("other_originals", [])}
     on_disk = {p.name for p in TEMPLATES.iterdir() if p.name != "manifest.json"}
     assert vendored == on_disk, "every vendored original is in the manifest"
 
@@ -72,6 +75,9 @@ def test_reference_and_llama_cpp_copy_are_the_recorded_files(name: str) -> None:
         # Where llama.cpp's copy was checked against the original, the manifest says whether they are the same.
         same = entry["original"].get("same_as_llama_cpp_copy", False)
         assert (reference_template(name) == real_chat_template(pinned["file"])) is same, "same_as_llama_cpp_copy"
+    for other in entry.get("other_originals", []):
+        assert other["source"].startswith("https://github.com/"), other["file"]
+        assert vendored_sha256(other["file"]) == other["sha256"], other["file"]
 
 
 def test_refused_families_are_the_recorded_files() -> None:
@@ -85,6 +91,8 @@ def test_refused_families_are_the_recorded_files() -> None:
 def test_the_encoder_passes_arguments_in_the_form_the_reference_takes(name: str) -> None:
     """Decided when the encoder is built: JSON text for DeepSeek-V3.1's original, a mapping for the others."""
     assert PromptEncoder(reference_tokenizer(name)).json_arguments is json_text_arguments(name)
+    for file in other_originals(name):
+        assert PromptEncoder(original_tokenizer(name, file)).json_arguments is json_text_arguments(name), file
 
 
 def test_deepseek_v31_original_concatenates_arguments_and_the_llama_cpp_copy_encodes_them() -> None:
