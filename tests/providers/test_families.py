@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -36,9 +34,9 @@ from strands_tito.testing.chat_templates import real_chat_template
 from strands_tito.testing.engine import Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer, stand_in_tokenizer
 
-from ..conftest import assert_matches_engine, generate_records, make_agent, make_model
-from ..templates import (
-    json_text_arguments,
+from ..helpers.agents import SYSTEM, assert_matches_engine, calculator, generate_records, make_agent, make_model
+from ..helpers.families import USER_1, USER_2, Turn, plan, results, structured
+from ..helpers.templates import (
     original_prompt,
     original_tokenizer,
     other_originals,
@@ -46,80 +44,16 @@ from ..templates import (
     reference_tokenizer,
     thinking_switch,
 )
-from ..tools import calculator
-
-SYSTEM = "You are a helpful assistant."
-USER_1 = "What is 25 * 17?"
-USER_2 = "Now compute 2 ** 10 and 3 * 3."
-
 
 #: Families that reason without a switch in the template (gpt-oss writes analysis messages, Seed-OSS <seed:think>).
 REASONS_ALWAYS = {"gpt-oss", "seed-oss"}
 #: Families whose template drops the reasoning of earlier turns even within one user query's tool loop.
 DROPS_IN_LOOP = {"qwq", "deepseek-v3.1"}
-NO_THINK_AFTER_TOOLS = {"deepseek-v3.1"}
 #: Families whose template drops an empty think block (enable_thinking=False) within the tool loop.
 DROPS_EMPTY_IN_LOOP = {"qwen3"}
 #: Families whose reference is their original Python encoder (DeepSeek-V3.2 ships no template; it is served on
 #: llama.cpp's Jinja rendering of it): each request is compared with what that encoder renders.
 ORIGINAL_ENCODERS = {"deepseek-v3.2"}
-
-
-@dataclass
-class Turn:
-    """One assistant turn of the planned episode."""
-
-    reasoning: str
-    content: str = ""
-    calls: tuple[dict[str, Any], ...] = ()
-
-
-def plan(spec: Family, thinking: bool) -> list[Turn]:
-    # The Llama-3.x templates allow one call per message; gpt-oss makes one call per turn (<|call|> is a stop token).
-    parallel = spec.parser not in ("llama3_json", "gpt_oss")
-    second = ({"expression": "2 ** 10"}, {"expression": "3 * 3"}) if parallel else ({"expression": "2 ** 10"},)
-    answer = "1024 and 9." if parallel else "1024."
-    think = (lambda text: text) if thinking else (lambda text: "")
-    # DeepSeek-V3.1's generation prompt after tool results opens no think block: the model answers directly.
-    after_tools = (lambda text: "") if spec.name in NO_THINK_AFTER_TOOLS else think
-    return [
-        Turn(think("I need the calculator."), calls=({"expression": "25 * 17"},)),
-        Turn(after_tools("The tool said 425."), content="It is 425."),
-        Turn(think("Two products now."), calls=second),
-        Turn(after_tools("Both are known."), content=answer),
-    ]
-
-
-def results(calls: tuple[dict[str, Any], ...]) -> list[str]:
-    return [str(calculator(**c)) for c in calls]
-
-
-def structured(spec: Family, turns: list[Turn], ids: list[str] | None = None) -> list[list[dict[str, Any]]]:
-    """The conversation as the template expects it, as the list of prompts before each assistant turn."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER_1}]
-    prompts: list[list[dict[str, Any]]] = []
-    index = 0
-    for i, turn in enumerate(turns):
-        prompts.append(list(messages))
-        message: dict[str, Any] = {"role": "assistant", "content": turn.content}
-        if turn.reasoning:
-            message["reasoning_content"] = turn.reasoning
-        calls = []
-        for arguments in turn.calls:
-            call_id = ids[index] if ids is not None else f"functions.calculator:{index}"
-            # In the form the family's original takes them: JSON text for DeepSeek-V3.1, else a mapping.
-            written = json.dumps(arguments) if json_text_arguments(spec.name) else arguments
-            calls.append({"id": call_id, "type": "function", "function": {"name": "calculator", "arguments": written}})
-            index += 1
-        if calls:
-            message["tool_calls"] = calls
-        messages.append(message)
-        for call, result in zip(calls, results(turn.calls), strict=True):
-            messages.append({"role": "tool", "tool_call_id": call["id"], "name": "calculator", "content": result})
-        if i == 1:
-            messages.append({"role": "user", "content": USER_2})
-    prompts.append(messages)
-    return prompts
 
 
 class Renderer:

@@ -19,8 +19,9 @@ from strands_tito.providers.prompt import PromptEncoder, PromptError, format_too
 from strands_tito.testing.chat_templates import real_chat_template
 from strands_tito.testing.family_tokenizers import family_tokenizer
 
-from ..providers.test_families import plan, structured
-from ..templates import (
+from ..helpers.agents import calculator
+from ..helpers.families import plan, structured
+from ..helpers.templates import (
     TEMPLATES,
     json_text_arguments,
     manifest,
@@ -31,7 +32,6 @@ from ..templates import (
     reference_template,
     reference_tokenizer,
 )
-from ..tools import calculator
 
 
 def sha256(text: str) -> str:

@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerFast
 from strands_tito.testing.chat_templates import real_chat_template
 from strands_tito.testing.family_tokenizers import family_tokenizer
 
-TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
+TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 
 
 @functools.cache
