@@ -25,13 +25,13 @@ from pathlib import Path
 import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import describe
-from otlp_helpers import make_request, make_span
 
 from strands_tito import spans
+from tests.helpers.otlp import make_request, make_span
 
 PB = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
 

@@ -30,15 +30,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.helpers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import describe
-from otlp_helpers import make_request, turn_spans
 
 from strands_tito.collector.ingest import Ingestor
 from strands_tito.collector.store import Store
 from strands_tito.trajectory import Trajectory
+from tests.helpers.otlp import make_request, turn_spans
 
 
 def big_trajectory(rng: random.Random, tokens: int, turns: int) -> Trajectory:

@@ -12,16 +12,14 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from strands import Agent
-from strands.agent.conversation_manager import NullConversationManager
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito import SGLangClient, SGLangModel, TokenClient
 from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.settings import reset_settings
-from strands_tito.testing.engine import EngineRecord, LocalEngine, Script
+from strands_tito.testing.engine import LocalEngine, Script
 from strands_tito.testing.tokenizers import build_qwen3_tokenizer
-from strands_tito.trajectory import Trajectory
+
+from .helpers.otlp import OTLPSink
 
 
 @pytest.fixture(autouse=True)
@@ -71,61 +69,6 @@ def start_engine(qwen3: PreTrainedTokenizerBase) -> Iterator[Callable[..., Local
     yield start
     for engine in engines:
         engine.stop()
-
-
-def fast_client[C: TokenClient](engine: LocalEngine, client_type: type[C] = SGLangClient, **kwargs: Any) -> C:
-    """A client (SGLang's unless ``client_type`` says) with short backoff so retry tests take milliseconds."""
-    kwargs.setdefault("backoff_base", 0.01)
-    kwargs.setdefault("backoff_max", 0.05)
-    kwargs.setdefault("max_retries", 3)
-    return client_type(engine.base_url, **kwargs)
-
-
-def make_model(engine: LocalEngine, tokenizer: PreTrainedTokenizerBase, **config: Any) -> SGLangModel:
-    """An SGLangModel on the engine with a fast-retry client."""
-    client_kwargs = config.pop("client_kwargs", {})
-    config.setdefault("sampling_params", {"max_new_tokens": 256})
-    return SGLangModel(client=fast_client(engine, **client_kwargs), tokenizer=tokenizer, **config)
-
-
-def make_agent(model: SGLangModel, tools: list[Any] | None = None, **kwargs: Any) -> Agent:
-    """A real Strands agent with an append-only history and no Strands-level retries."""
-    kwargs.setdefault("system_prompt", "You are a helpful assistant.")
-    return Agent(
-        model=model,
-        tools=tools or [],
-        callback_handler=None,
-        conversation_manager=NullConversationManager(),
-        retry_strategy=None,
-        **kwargs,
-    )
-
-
-def generate_records(engine: LocalEngine, conversation: int | None = None) -> list[EngineRecord]:
-    """Successful /generate records, optionally of one engine conversation."""
-    return [
-        r
-        for r in engine.records
-        if r.path == "/generate"
-        and r.status == 200
-        and r.output_ids is not None
-        and r.fault is None
-        and (conversation is None or r.conversation == conversation)
-    ]
-
-
-def assert_matches_engine(trajectory: Trajectory, records: list[EngineRecord]) -> None:
-    """The central assertion: the trajectory is exactly what the engine received and produced, call by call."""
-    assert len(records) == len(trajectory.turns) > 0
-    for turn, record in zip(trajectory.turns, records, strict=True):
-        assert record.input_ids == trajectory.token_ids[: turn.output_start], f"turn {turn.index}: prompt differs"
-        end = turn.output_start + turn.output_length
-        assert record.output_ids == trajectory.token_ids[turn.output_start : end], f"turn {turn.index}: output differs"
-        assert record.output_logprobs == trajectory.logprobs[turn.output_start : end]
-        assert all(trajectory.loss_mask[turn.output_start : end])
-        assert not any(trajectory.loss_mask[turn.prompt_start : turn.output_start])
-    last = records[-1]
-    assert (last.input_ids or []) + (last.output_ids or []) == trajectory.token_ids
 
 
 # -- span capture (shared by the capture tests) ----------------------------------------------------------------------
@@ -199,3 +142,17 @@ async def collector(tmp_path: Path) -> AsyncIterator[Collector]:
     yield c
     background.cancel()
     await c.stop()
+
+
+@pytest.fixture
+def otlp_sinks() -> Iterator[Callable[[], OTLPSink]]:
+    """Start OTLP sinks on demand (``otlp_sinks()``); all are closed after the test."""
+    started: list[OTLPSink] = []
+
+    def start() -> OTLPSink:
+        started.append(OTLPSink())
+        return started[-1]
+
+    yield start
+    for sink in started:
+        sink.close()

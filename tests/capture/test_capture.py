@@ -9,63 +9,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar
+from typing import Any
 
-import numpy as np
 import pytest
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import strands_tito
 from strands_tito import spans
-from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
+from strands_tito.assembly import TrajectoryAssembler
 from strands_tito.capture import recorder as capture
-from strands_tito.otlp import iter_spans, parse_request
 from strands_tito.testing.engine import Reply, Script
-from strands_tito.trajectory import Trajectory
 
-from ..conftest import make_agent, make_model
-from ..providers.test_sglang_model import DRIFT_CASES, IM_END, hermes_call, slow_echo
-from ..tools import calculator
-
-
-def assemble(items: list[tuple[dict[str, Any], int, str]], wanted: set[str]) -> dict[str, TrajectoryRecord]:
-    """Decode tito spans (attributes, end time, trace id) of the wanted trajectories and assemble them."""
-    assembler = TrajectoryAssembler()
-    records: dict[str, TrajectoryRecord] = {}
-    for attributes, end_time, trace_id in items:
-        if spans.is_tito_span(attributes) and attributes[spans.TRAJECTORY_ID] in wanted:
-            for record in assembler.add(spans.decode_span(attributes, end_time), trace_id=trace_id):
-                records[record.trajectory_id] = record
-    for record in assembler.flush():
-        records[record.trajectory_id] = record
-    return records
-
-
-def from_memory(exporter: InMemorySpanExporter) -> list[tuple[dict[str, Any], int, str]]:
-    return [
-        (dict(s.attributes or {}), s.end_time or 0, format(s.context.trace_id, "032x"))
-        for s in exporter.get_finished_spans()
-    ]
-
-
-def assert_same(assembled: Trajectory, original: Trajectory) -> None:
-    """Token for token; logprobs at the float32 precision spans carry."""
-    assert assembled.token_ids == original.token_ids
-    assert assembled.loss_mask == original.loss_mask
-    assert assembled.segment_info == original.segment_info
-    assert assembled.crc32 == original.crc32
-    assert [(t.prompt_length, t.output_length, t.finish_reason) for t in assembled.turns] == [
-        (t.prompt_length, t.output_length, t.finish_reason) for t in original.turns
-    ]
-    for got, want in zip(assembled.logprobs, original.logprobs, strict=True):
-        assert (got is None) == (want is None)
-        if want is not None:
-            assert np.float32(got) == np.float32(want)
+from ..helpers.agents import DRIFT_CASES, IM_END, calculator, hermes_call, make_agent, make_model, slow_echo
+from ..helpers.capture import assemble, assert_same, from_memory
 
 
 async def run_tool_agent(start_engine, qwen3, *replies: Reply, tools=None, **config) -> tuple[Any, Any]:  # type: ignore[no-untyped-def]
@@ -140,32 +98,13 @@ async def test_multi_invocation_episode_and_two_concurrent_agents(start_engine, 
         assert_same(records[tid].trajectory, original)
 
 
-class _OTLPSink(BaseHTTPRequestHandler):
-    bodies: ClassVar[list[tuple[str, bytes]]] = []
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        type(self).bodies.append((self.headers.get("Content-Encoding", ""), body))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.mark.parametrize("encoding", ["packed", "array"])
-async def test_real_otlp_http_exporter_round_trip(start_engine, qwen3, plug, monkeypatch, encoding: str) -> None:  # type: ignore[no-untyped-def]
-    import gzip
-
+async def test_real_otlp_http_exporter_round_trip(  # type: ignore[no-untyped-def]
+    start_engine, qwen3, plug, otlp_sinks, monkeypatch, encoding: str
+) -> None:
     monkeypatch.setenv(capture.ENV_ENCODING, encoding)
-    _OTLPSink.bodies = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _OTLPSink)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    processor = BatchSpanProcessor(
-        OTLPSpanExporter(endpoint=f"http://127.0.0.1:{server.server_port}/v1/traces", compression=None)
-    )
+    sink = otlp_sinks()
+    processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=sink.traces_url, compression=None))
     plug(processor)
     try:
         drift = DRIFT_CASES["broken_utf8"]
@@ -179,11 +118,8 @@ async def test_real_otlp_http_exporter_round_trip(start_engine, qwen3, plug, mon
         model.reset()
         processor.force_flush()
     finally:
-        server.shutdown()
-    items = []
-    for content_encoding, body in _OTLPSink.bodies:
-        raw = gzip.decompress(body) if content_encoding == "gzip" else body
-        items.extend((s.attributes, s.end_time_unix_nano, s.trace_id) for s in iter_spans(parse_request(raw)))
+        sink.close()
+    items = [(s.attributes, s.end_time_unix_nano, s.trace_id) for s in sink.spans()]
     kinds = {
         type(v)
         for a, _, _ in items

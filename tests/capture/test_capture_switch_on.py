@@ -8,17 +8,14 @@ and produced, and that it is complete (its end signal came at process exit).
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import zipfile
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -38,12 +35,11 @@ from strands_tito.capture.switch_on import (
     keep_content_off_spans,
     parse_capture,
 )
-from strands_tito.otlp import ReceivedSpan, iter_spans, parse_request
+from strands_tito.otlp import ReceivedSpan
 from strands_tito.testing.engine import EngineRecord, LocalEngine, Reply, Script
 from strands_tito.trajectory import Trajectory
 
-from ..conftest import generate_records
-from ..providers.test_sglang_model import hermes_call
+from ..helpers.agents import generate_records, hermes_call
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENT = ("-m", "strands_tito.testing.demo_agent")
@@ -59,53 +55,6 @@ DISTRO_ENV = {
     "OTEL_LOGS_EXPORTER": "none",
 }
 TIMEOUT = 60
-
-
-class Sink(ThreadingHTTPServer):
-    """A real OTLP/HTTP receiver on 127.0.0.1 that keeps every request body."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _SinkHandler)
-        self.bodies: list[bytes] = []
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_port}"
-
-    def spans(self) -> list[ReceivedSpan]:
-        return [span for body in self.bodies for span in iter_spans(parse_request(body))]
-
-
-class _SinkHandler(BaseHTTPRequestHandler):
-    server: Sink
-
-    def do_POST(self) -> None:
-        body = self.rfile.read(int(self.headers["Content-Length"]))
-        if self.headers.get("Content-Encoding") == "gzip":
-            body = gzip.decompress(body)
-        self.server.bodies.append(body)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture
-def sinks() -> Iterator[Callable[[], Sink]]:
-    started: list[Sink] = []
-
-    def start() -> Sink:
-        started.append(Sink())
-        return started[-1]
-
-    yield start
-    for sink in started:
-        sink.shutdown()
-        sink.server_close()
 
 
 @pytest.fixture
@@ -184,8 +133,8 @@ def assert_agentlightning(received: list[ReceivedSpan], bodies: list[bytes]) -> 
 # -- (a) opentelemetry-instrument -------------------------------------------------------------------------------------
 
 
-def test_opentelemetry_instrument_with_the_distro(engine, sinks) -> None:  # type: ignore[no-untyped-def]
-    sink = sinks()
+def test_opentelemetry_instrument_with_the_distro(engine, otlp_sinks) -> None:  # type: ignore[no-untyped-def]
+    sink = otlp_sinks()
     env = {**DISTRO_ENV, "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, "OTEL_SERVICE_NAME": "calc-agent", **AGL_ENV}
     run_agent(engine, env, instrument=True)
     received = sink.spans()
@@ -197,10 +146,10 @@ def test_opentelemetry_instrument_with_the_distro(engine, sinks) -> None:  # typ
     assert len({s.span_id for s in received}) == len(received)
 
 
-def test_opentelemetry_instrument_without_a_distro_installs_the_exporter(engine, sinks) -> None:  # type: ignore[no-untyped-def]
+def test_opentelemetry_instrument_without_a_distro_installs_the_exporter(engine, otlp_sinks) -> None:  # type: ignore[no-untyped-def]
     # No distro and no configurator get loaded (as if opentelemetry-distro were not installed): the instrumentor
     # installs the provider itself, when the agent is built, with the OTLP exporter the protocol variable picks.
-    sink = sinks()
+    sink = otlp_sinks()
     env = {
         "OTEL_PYTHON_DISTRO": "none-installed",
         "OTEL_PYTHON_CONFIGURATOR": "none-installed",
@@ -220,8 +169,8 @@ def test_opentelemetry_instrument_without_a_distro_installs_the_exporter(engine,
 # -- (b) STRANDS_TITO_CAPTURE -----------------------------------------------------------------------------------------
 
 
-def test_strands_tito_capture_otlp(engine, sinks) -> None:  # type: ignore[no-untyped-def]
-    sink = sinks()
+def test_strands_tito_capture_otlp(engine, otlp_sinks) -> None:  # type: ignore[no-untyped-def]
+    sink = otlp_sinks()
     # The fixed interface: STRANDS_TITO_CAPTURE=1 exports with the standard OTLP variables when an endpoint is set.
     run_agent(engine, {capture.ENV_CAPTURE: "1", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, **AGL_ENV})
     received = sink.spans()
@@ -238,9 +187,9 @@ def test_strands_tito_capture_otlp(engine, sinks) -> None:  # type: ignore[no-un
     [({ENV_SPANS: "all"}, True), ({"OTEL_TRACES_SAMPLER": "always_on"}, True), ({ENV_SPANS: "capture"}, False)],
     ids=["all", "users-sampler", "capture"],
 )
-def test_capture_provider_records_every_span_when_asked(engine, sinks, env, all_spans) -> None:  # type: ignore[no-untyped-def]
+def test_capture_provider_records_every_span_when_asked(engine, otlp_sinks, env, all_spans) -> None:  # type: ignore[no-untyped-def]
     """STRANDS_TITO_SPANS=all (or a sampler the user named) keeps Strands' agent, cycle and tool spans too."""
-    sink = sinks()
+    sink = otlp_sinks()
     run_agent(engine, {capture.ENV_CAPTURE: "1", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, **env})
     received = sink.spans()
     assert_exact(received, engine)
@@ -248,8 +197,8 @@ def test_capture_provider_records_every_span_when_asked(engine, sinks, env, all_
     assert (strands_spans <= {s.name for s in received}) is all_spans
 
 
-def test_strands_tito_capture_attaches_to_the_apps_own_telemetry(engine, sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    app_sink, tito_sink = sinks(), sinks()
+def test_strands_tito_capture_attaches_to_the_apps_own_telemetry(engine, otlp_sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    app_sink, tito_sink = otlp_sinks(), otlp_sinks()
     out = tmp_path / "trajectories.jsonl"
     env = {capture.ENV_CAPTURE: f"1,jsonl:{out}", "OTEL_EXPORTER_OTLP_ENDPOINT": tito_sink.url, **AGL_ENV}
     stderr = run_agent(engine, env, "--app-telemetry", f"{app_sink.url}/v1/traces")
@@ -270,8 +219,8 @@ def test_strands_tito_capture_attaches_to_the_apps_own_telemetry(engine, sinks, 
     assert AGL_KEY not in out.read_text()
 
 
-def test_strands_tito_capture_jsonl_only(engine, sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    sink = sinks()
+def test_strands_tito_capture_jsonl_only(engine, otlp_sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    sink = otlp_sinks()
     out = tmp_path / "run" / "trajectories.jsonl"
     # No OTLP endpoint set: the file alone, nothing exported (the sink's address is only in a variable the exporter
     # would use if it existed). The deprecated STRANDS_TITO_OUTPUT still works, with one line naming its replacement.
@@ -337,8 +286,8 @@ def chat_span_texts(bodies: list[bytes]) -> list[list[str]]:
         ({"OTEL_SEMCONV_STABILITY_OPT_IN": "gen_ai_tool_definitions"}, True),  # the user's own value is left alone
     ],
 )
-def test_conversation_text_is_off_spans_unless_asked(engine, sinks, env, content_on_spans) -> None:  # type: ignore[no-untyped-def]
-    sink = sinks()
+def test_conversation_text_is_off_spans_unless_asked(engine, otlp_sinks, env, content_on_spans) -> None:  # type: ignore[no-untyped-def]
+    sink = otlp_sinks()
     run_agent(engine, {capture.ENV_CAPTURE: "1", "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, **env})
     assert_exact(sink.spans(), engine)  # the token data is there either way
     chats = chat_span_texts(sink.bodies)
@@ -362,12 +311,12 @@ def test_content_setting_respects_the_users_value() -> None:
 # -- off, and failing loudly ------------------------------------------------------------------------------------------
 
 
-def test_unset_imports_nothing_and_exports_nothing(engine, sinks) -> None:  # type: ignore[no-untyped-def]
+def test_unset_imports_nothing_and_exports_nothing(engine, otlp_sinks) -> None:  # type: ignore[no-untyped-def]
     probe = "import sys; print(sorted(m for m in sys.modules if m.startswith(('strands', 'opentelemetry'))))"
     done = run({}, "-c", probe)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["['strands_tito_startup']"]  # the hook ran, and imported nothing
-    sink = sinks()
+    sink = otlp_sinks()
     run_agent(engine, {"OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, capture.ENV_CAPTURE: ""})
     assert sink.bodies == []
 
@@ -427,8 +376,8 @@ def test_capture_with_nowhere_to_send_stops_before_the_first_agent(env: dict[str
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
-def test_capture_onto_the_apps_own_exporter_needs_no_destination_of_its_own(engine, sinks) -> None:  # type: ignore[no-untyped-def]
-    app_sink = sinks()
+def test_capture_onto_the_apps_own_exporter_needs_no_destination_of_its_own(engine, otlp_sinks) -> None:  # type: ignore[no-untyped-def]
+    app_sink = otlp_sinks()
     run_agent(engine, {capture.ENV_CAPTURE: "1"}, "--app-telemetry", f"{app_sink.url}/v1/traces")
     assert_exact(app_sink.spans(), engine)
 
@@ -521,7 +470,7 @@ def _closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_an_unreachable_endpoint_is_reported_once_and_the_spool_can_be_resent(engine, sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreachable_endpoint_is_reported_once_and_the_spool_can_be_resent(engine, otlp_sinks, tmp_path) -> None:  # type: ignore[no-untyped-def]
     spool_dir = tmp_path / "spool"
     wrong = f"http://127.0.0.1:{_closed_port()}"
     env = {
@@ -546,7 +495,7 @@ def test_an_unreachable_endpoint_is_reported_once_and_the_spool_can_be_resent(en
     records, span_count, trajectories = (int(v) for v in row.split()[1:4])
     assert records >= 1 and span_count >= 3 and trajectories == 1  # two turns and the end signal
 
-    sink = sinks()
+    sink = otlp_sinks()
     resent = subprocess.run(
         [*cli, "resend", "--endpoint", sink.url], capture_output=True, text=True, timeout=TIMEOUT, check=True
     )

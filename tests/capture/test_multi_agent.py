@@ -9,11 +9,9 @@ an orchestrator calling a sub-agent as a tool, and a Strands Swarm handing off b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from threading import Thread
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,48 +24,28 @@ from strands.multiagent import Swarm
 from strands_tito import spans
 from strands_tito.capture import recorder as capture
 from strands_tito.collector import Collector
-from strands_tito.otlp import iter_spans, parse_request
 from strands_tito.testing.engine import LocalEngine, Reply, Script
 from strands_tito.trajectory import Trajectory
 
-from ..collector.test_collector import parquet_rows
-from ..conftest import make_model
-from ..otlp_helpers import read_jsonl
-from ..providers.test_sglang_model import hermes_call
-
-
-class _Sink(BaseHTTPRequestHandler):
-    """An OTLP/HTTP endpoint that keeps every body it receives."""
-
-    bodies: ClassVar[list[bytes]] = []
-
-    def do_POST(self) -> None:
-        type(self).bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
+from ..helpers.agents import hermes_call, make_model
+from ..helpers.collector import parquet_rows
+from ..helpers.otlp import OTLPSink, read_jsonl
 
 
 @pytest.fixture
-def sink() -> Iterator[str]:
-    _Sink.bodies = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
-    Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/v1/traces"
-    server.shutdown()
+def sink(otlp_sinks: Callable[[], OTLPSink]) -> OTLPSink:
+    return otlp_sinks()
 
 
 @pytest.fixture
-def export(collector: Collector, sink: str, plug: Callable[[SpanProcessor], None]) -> Callable[[], Awaitable[None]]:
+def export(
+    collector: Collector, sink: OTLPSink, plug: Callable[[SpanProcessor], None]
+) -> Callable[[], Awaitable[None]]:
     """Spans go over OTLP/HTTP to the collector and to the sink; awaiting the result flushes both (off the event
     loop, where the in-process collector answers)."""
     processors = [
         BatchSpanProcessor(OTLPSpanExporter(endpoint=f"http://127.0.0.1:{collector.http_port}/v1/traces")),
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=sink)),
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=sink.traces_url)),
     ]
     for processor in processors:
         plug(processor)
@@ -88,14 +66,9 @@ async def records(path: Path, count: int) -> dict[str, dict[str, Any]]:
     raise AssertionError(f"{path} did not get {count} records")
 
 
-def chat_spans_sent() -> list[dict[str, Any]]:
+def chat_spans_sent(sink: OTLPSink) -> list[dict[str, Any]]:
     """The attributes of every ``chat`` span the OTLP exporter sent to the sink."""
-    return [
-        dict(span.attributes)
-        for body in _Sink.bodies
-        for span in iter_spans(parse_request(body))
-        if spans.TURN_INDEX in span.attributes
-    ]
+    return [dict(span.attributes) for span in sink.spans() if spans.TURN_INDEX in span.attributes]
 
 
 def trajectory_of(agent: Agent) -> Trajectory:
@@ -125,7 +98,11 @@ def agent(engine: LocalEngine, tokenizer: Any, name: str, tools: list[Any] | Non
 
 
 async def test_orchestrator_and_sub_agent_as_a_tool(
-    start_engine: Callable[..., LocalEngine], qwen3: Any, export: Callable[[], Awaitable[None]], tmp_path: Path
+    start_engine: Callable[..., LocalEngine],
+    qwen3: Any,
+    export: Callable[[], Awaitable[None]],
+    sink: OTLPSink,
+    tmp_path: Path,
 ) -> None:
     engine = start_engine(
         Script(
@@ -170,7 +147,7 @@ async def test_orchestrator_and_sub_agent_as_a_tool(
     assert rows[child.trajectory_id]["episode_id"] == top["episode_id"]
 
     # The GenAI ids, as the OTLP exporter sent them on each chat span.
-    sent = chat_spans_sent()
+    sent = chat_spans_sent(sink)
     assert len(sent) == len(parent.turns) + len(child.turns)
     for attributes in sent:
         tid = attributes[spans.TRAJECTORY_ID]

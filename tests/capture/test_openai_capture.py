@@ -37,10 +37,8 @@ from strands_tito.capture.openai import (
 from strands_tito.settings import reset_settings
 from strands_tito.testing.engine import EngineRecord, LocalEngine, Reply, Script
 
-from ..conftest import make_agent
-from ..providers.test_sglang_model import IM_END, hermes_call
-from ..tools import calculator
-from .test_capture import assemble, from_memory
+from ..helpers.agents import IM_END, calculator, hermes_call, make_agent
+from ..helpers.capture import assemble, from_memory
 
 PIECES = [27, 14172, 13429, 29]  # "<tool_call>" spelled in plain pieces; a re-render spells it as one token
 CALL = hermes_call("calculator", expression="6 * 7")

@@ -19,8 +19,7 @@ from strands_tito import settings as settings_module
 from strands_tito.settings import CaptureConfigError, Settings, get_settings, reload_settings, variable
 from strands_tito.testing.engine import Reply, Script
 
-from ..conftest import make_agent, make_model
-from ..tools import calculator
+from ..helpers.agents import calculator, make_agent, make_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_ROOTS = [ROOT / "src", ROOT / "core", ROOT / "collector", ROOT / "exporters"]

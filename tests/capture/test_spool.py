@@ -8,12 +8,12 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from opentelemetry.instrumentation.utils import is_instrumentation_enabled
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -22,9 +22,9 @@ from strands_tito.assembly import TrajectoryAssembler
 from strands_tito.capture import recorder as capture
 from strands_tito.capture.spool import Spool, decode_request, encode_request
 from strands_tito.capture.spool_processor import SpoolingSpanProcessor
-from strands_tito.trajectory import Trajectory
 
-from ..otlp_helpers import end_attributes, turn_attribute_sets
+from ..helpers.capture import emit_turn_spans, make_trajectory
+from ..helpers.otlp import end_attributes
 
 
 class Gate(SpanExporter):
@@ -47,22 +47,6 @@ class Gate(SpanExporter):
         pass
 
 
-def turn_spans(provider: TracerProvider, trajectory: Trajectory) -> None:
-    """A trajectory's turn spans, through ``provider``."""
-    tracer = provider.get_tracer("t")
-    for attributes in turn_attribute_sets(trajectory):
-        tracer.start_span("chat", attributes=attributes).end()
-
-
-def make_trajectory(turns: int, tokens: int = 50) -> Trajectory:
-    t = Trajectory()
-    for k in range(turns):
-        t.append_turn(
-            list(range(k, k + tokens)), list(range(tokens)), output_logprobs=[-0.5] * tokens, finish_reason="stop"
-        )
-    return t
-
-
 def assemble(spans: Sequence[ReadableSpan]) -> list[dict[str, object]]:
     assembler = TrajectoryAssembler()
     records = []
@@ -79,7 +63,7 @@ def test_request_round_trip_keeps_every_field() -> None:
     exporter.up.set()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     t = make_trajectory(2)
-    turn_spans(provider, t)
+    emit_turn_spans(provider, t)
     with provider.get_tracer("t").start_as_current_span("chat", attributes={"x": [1, 2]}) as span:
         span.add_event("gen_ai.choice", {"message": "hi"})
     payload = encode_request(exporter.delivered)
@@ -94,7 +78,7 @@ def test_collector_down_then_up_delivers_everything_in_order(tmp_path: Path) -> 
     provider.add_span_processor(processor)
     trajectories = [make_trajectory(3) for _ in range(10)]
     for t in trajectories:
-        turn_spans(provider, t)
+        emit_turn_spans(provider, t)
         provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(t)).end()
     deadline = time.monotonic() + 5
     while processor.spilled < 30 and time.monotonic() < deadline:
@@ -119,7 +103,7 @@ def test_turns_wait_for_the_schedule_but_an_end_signal_sends_them_at_once(tmp_pa
     provider = TracerProvider()
     provider.add_span_processor(processor)
     first, second = make_trajectory(3), make_trajectory(2)
-    turn_spans(provider, first)
+    emit_turn_spans(provider, first)
     time.sleep(0.3)
     assert gate.attempts == 0  # the turns wait for the (long) schedule
     provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(first)).end()
@@ -127,7 +111,7 @@ def test_turns_wait_for_the_schedule_but_an_end_signal_sends_them_at_once(tmp_pa
     while len(gate.delivered) < 4 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert [dict(s.attributes or {}).get(schema.KIND) for s in gate.delivered] == ["turn", "turn", "turn", "end"]
-    turn_spans(provider, second)  # the next trajectory's turns wait again
+    emit_turn_spans(provider, second)  # the next trajectory's turns wait again
     time.sleep(0.3)
     assert len(gate.delivered) == 4 and gate.attempts == 1
     processor.shutdown()
@@ -139,7 +123,7 @@ def test_exit_leaves_the_rest_in_the_spool_and_the_next_process_sends_it(tmp_pat
     provider = TracerProvider()
     provider.add_span_processor(first)
     t = make_trajectory(4)
-    turn_spans(provider, t)
+    emit_turn_spans(provider, t)
     provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(t)).end()
     started = time.monotonic()
     assert not first.force_flush(300)  # bounded: the collector is down
@@ -157,22 +141,19 @@ def test_exit_leaves_the_rest_in_the_spool_and_the_next_process_sends_it(tmp_pat
     assert not tmp_path.exists()  # the key directory goes too once it is empty
 
 
-def test_past_the_hard_limit_drops_are_counted_and_the_record_names_them(tmp_path: Path) -> None:
+def test_past_the_hard_limit_drops_are_counted_and_the_record_names_them(
+    tmp_path: Path, provider: TracerProvider, plug: Callable[[SpanProcessor], None]
+) -> None:
     gate = Gate()
     processor = SpoolingSpanProcessor(gate, Spool(tmp_path), max_bytes=3000, schedule_delay=0.01, max_backoff=0.05)
-    provider = TracerProvider()
-    provider.add_span_processor(processor)
+    plug(processor)
     t = make_trajectory(6, tokens=100)  # ~1.3 KB a turn span: some fit, the rest cannot
-    turn_spans(provider, t)
-    assert processor.dropped > 0
-    capture._open[t.trajectory_id] = t  # as record_turn would have
     tracer = provider.get_tracer("t")
-    original = capture._tracer
-    capture._tracer = tracer  # type: ignore[assignment]
-    try:
-        capture.end_trajectory(t, "reset")
-    finally:
-        capture._tracer = original
+    for turn in t.turns:
+        with tracer.start_as_current_span("chat"):  # as a provider records each turn inside Strands' chat span
+            capture.record_turn(t, turn, model_id=None)
+    assert processor.dropped > 0
+    capture.end_trajectory(t, "reset")
     gate.up.set()
     assert processor.force_flush(5_000)
     [record] = assemble(gate.delivered)
@@ -192,7 +173,7 @@ def test_a_torn_last_record_is_skipped(tmp_path: Path, torn: int) -> None:
     spool.append(b"one")
     spool.append(b"two" * 10)
     [segment] = list(spool.dir.glob("seg-*.spool"))
-    spool._lock_file.close()  # as if the process died mid-write
+    spool.close()  # its records stay for the next instance; then a write torn as if the process died in it
     with segment.open("ab") as f:
         f.write(b"\x10\x00\x00\x00garbage"[:torn])
     adopted = Spool(tmp_path)
@@ -227,7 +208,7 @@ def test_our_own_exports_are_not_traced_by_an_instrumented_http_library(tmp_path
     processor = SpoolingSpanProcessor(exporter, Spool(tmp_path), schedule_delay=0.01)
     provider.add_span_processor(processor)
     t = make_trajectory(2)
-    turn_spans(provider, t)
+    emit_turn_spans(provider, t)
     provider.get_tracer("t").start_span(schema.SPAN_END, attributes=end_attributes(t)).end()
     assert processor.force_flush(5_000)
     processor.shutdown()
@@ -256,7 +237,7 @@ def test_a_forked_child_still_runs_the_weak_fork_hook(tmp_path: Path) -> None:
     provider.add_span_processor(processor)
     pid = os.fork()
     if pid == 0:  # the child: its span is dropped and counted, not queued for a sender it does not have
-        turn_spans(provider, make_trajectory(1))
+        emit_turn_spans(provider, make_trajectory(1))
         os._exit(0 if processor.dropped == 1 else 1)
     _, status = os.waitpid(pid, 0)
     processor.shutdown()

@@ -26,10 +26,9 @@ from strands_tito.capture.spool import Spool, encode_request
 from strands_tito.capture.spool_processor import SpoolingSpanProcessor
 from strands_tito.trajectory import Trajectory
 
-from ..otlp_helpers import all_spans, end_attributes, make_request, read_jsonl
-from .test_spool import make_trajectory, turn_spans
-
-PB = {"Content-Type": "application/x-protobuf"}
+from ..helpers.capture import emit_turn_spans, make_trajectory
+from ..helpers.hostile_cases import PB
+from ..helpers.otlp import all_spans, end_attributes, make_request, read_jsonl
 
 
 @contextlib.contextmanager
@@ -109,7 +108,7 @@ def test_a_refused_record_is_set_aside_and_later_trajectories_are_delivered(
         memory = InMemorySpanExporter()
         previous = TracerProvider()
         previous.add_span_processor(SimpleSpanProcessor(memory))
-        turn_spans(previous, written)
+        emit_turn_spans(previous, written)
         left = Spool(tmp_path / "spool")
         left.append(encode_request(memory.get_finished_spans()))
         left.close()
@@ -122,7 +121,7 @@ def test_a_refused_record_is_set_aside_and_later_trajectories_are_delivered(
             )
             provider = TracerProvider()
             provider.add_span_processor(processor)
-            turn_spans(provider, later[process])
+            emit_turn_spans(provider, later[process])
             end_span(provider, later[process])
             assert processor.force_flush(15_000)
             processor.shutdown()
@@ -160,7 +159,7 @@ def test_a_full_spool_disk_names_the_cause_and_every_trajectory_gets_a_record(
             provider.add_span_processor(processor)
             trajectories = [make_trajectory(3, tokens=3000) for _ in range(8)]  # ~30 KB a turn span
             for t in trajectories:
-                turn_spans(provider, t)
+                emit_turn_spans(provider, t)
                 end_span(provider, t)
             deadline = time.monotonic() + 20
             while processor.dropped == 0 and time.monotonic() < deadline:

@@ -11,11 +11,9 @@ instead of the spool: it then fails (trajectories missing or incomplete), which 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,8 +25,8 @@ import pytest
 
 from strands_tito.testing.engine import LocalEngine, Reply, Script
 
-from ..conftest import generate_records
-from ..providers.test_sglang_model import hermes_call
+from ..helpers.agents import generate_records, hermes_call
+from ..helpers.collector import FixedPortCollector, read_records
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS = 200
@@ -36,57 +34,17 @@ ROUNDS = 2
 PAUSE = 10.0
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Collector:
-    """``strands-tito collect`` on a fixed port (a restart must come back where the agents send)."""
-
-    def __init__(self, store: Path, out: Path) -> None:
-        self.store, self.out, self.port = store, out, free_port()
-        self.proc: subprocess.Popen[str] | None = None
-        self.extra: list[str] = []  # more options (later ones win)
-
-    def start(self) -> None:
-        command = [sys.executable, "-m", "strands_tito.cli", "collect", "--http", f"127.0.0.1:{self.port}"]
-        command += ["--grpc", "off", "--store", str(self.store), "--jsonl", str(self.out)]
-        command += ["--progress-interval", "0", "--log-level", "WARNING", *self.extra]
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if re.search(r"listening on http://", line):
-                return
-            if not line and self.proc.poll() is not None:
-                break
-        raise RuntimeError("collector did not start")
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-        if sig == signal.SIGKILL:
-            self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(60)
-
-
 @pytest.fixture
-def collector(tmp_path: Path) -> Iterator[Collector]:
-    c = Collector(tmp_path / "store", tmp_path / "trajectories.jsonl")
+def collector(tmp_path: Path) -> Iterator[FixedPortCollector]:
+    c = FixedPortCollector(tmp_path / "store", tmp_path / "trajectories.jsonl")
     c.start()
     yield c
     c.stop()
 
 
-def start_agents(engine: LocalEngine, collector: Collector, spool_dir: Path, stderr: Path) -> subprocess.Popen[str]:
+def start_agents(
+    engine: LocalEngine, collector: FixedPortCollector, spool_dir: Path, stderr: Path
+) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGL_", "STRANDS_TITO_"))}
     env.update(
         {
@@ -129,18 +87,6 @@ def wait_for(proc: subprocess.Popen[str], word: str, timeout: float) -> list[str
     raise AssertionError(f"agents never printed {word!r}")
 
 
-def read_records(path: Path, count: int, timeout: float) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    lines: list[str] = []
-    while time.monotonic() < deadline:
-        lines = path.read_text().splitlines() if path.exists() else []
-        if len(lines) >= count:
-            break
-        time.sleep(0.2)
-    time.sleep(1.0)  # anything more would be a duplicate
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-
-
 def assert_exact(records: list[dict[str, Any]], engine: LocalEngine) -> None:
     """One complete record per agent, each equal token for token to its engine conversation."""
     problems = [(r["trajectory_id"], r["reason"]) for r in records if not r["complete"]]
@@ -173,7 +119,7 @@ def load_engine(start_engine: Callable[..., LocalEngine]) -> LocalEngine:
 @pytest.mark.slow
 @pytest.mark.parametrize("outage", ["pause", "kill"])
 def test_200_agents_survive_a_collector_outage(
-    outage: str, load_engine: LocalEngine, collector: Collector, tmp_path: Path
+    outage: str, load_engine: LocalEngine, collector: FixedPortCollector, tmp_path: Path
 ) -> None:
     log = tmp_path / "agents.stderr"
     agents = start_agents(load_engine, collector, tmp_path / "spool", log)

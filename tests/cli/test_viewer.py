@@ -12,7 +12,7 @@ from strands_tito.assembly import TrajectoryRecord
 from strands_tito.cli import main
 from strands_tito.exporters import ParquetExporter
 
-from ..otlp_helpers import random_trajectory
+from ..helpers.otlp import random_trajectory
 
 
 def records() -> list[dict]:  # type: ignore[type-arg]

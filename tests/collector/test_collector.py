@@ -11,7 +11,6 @@ from typing import Any
 
 import grpc
 import httpx
-import pyarrow.parquet as pq
 import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
@@ -20,43 +19,8 @@ from strands_tito import spans as schema
 from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.trajectory import Trajectory
 
-from ..otlp_helpers import all_spans, end_span, make_request, make_span, random_trajectory, read_jsonl, turn_spans
-
-PB = {"Content-Type": "application/x-protobuf"}
-
-
-def url(c: Collector) -> str:
-    return f"http://127.0.0.1:{c.http_port}/v1/traces"
-
-
-async def written(path: Path, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
-    for _ in range(int(timeout / 0.05)):
-        lines = read_jsonl(path)
-        if len(lines) >= count:
-            return lines
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{path} did not get {count} records")
-
-
-async def parquet_rows(directory: Path, count: int, timeout: float = 10.0) -> list[dict[str, Any]]:
-    """Rows of the Parquet parts once ``count`` have been written (the Parquet exporter runs on its own thread)."""
-    for _ in range(int(timeout / 0.05)):
-        if any(directory.glob("part-*.parquet")):
-            rows: list[dict[str, Any]] = pq.read_table(directory).to_pylist()
-            if len(rows) >= count:
-                return rows
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{directory} did not get {count} rows")
-
-
-def assert_record(line: dict[str, Any], t: Trajectory) -> None:
-    assert line["trajectory_id"] == t.trajectory_id
-    assert line["complete"] is True, line["reason"]
-    assert line["token_ids"] == t.token_ids
-    assert line["loss_mask"] == t.loss_mask
-    assert line["segments"] == [[s.is_output, s.length] for s in t.segments]
-    assert len(line["logprobs"]) == len(t.logprobs)
-    assert line["model_id"] == "test-model"
+from ..helpers.collector import PB, assert_record, parquet_rows, url, written
+from ..helpers.otlp import all_spans, end_span, make_request, make_span, random_trajectory, turn_spans
 
 
 def to_json(request: Any) -> bytes:
@@ -135,7 +99,7 @@ def bad_turn(**change: Any) -> bytes:
     t = random_trajectory(random.Random(3), turns=1)
     [span] = turn_spans(t)
     attributes = {kv.key: kv for kv in span.attributes}
-    from ..otlp_helpers import any_value
+    from ..helpers.otlp import any_value
 
     for key, value in change.items():
         attributes[key].value.CopyFrom(any_value(value))

@@ -22,11 +22,9 @@ from strands_tito.collector.cli import parse_args
 from strands_tito.collector.ingest import MAX_REQUEST_TOKENS
 from strands_tito.trajectory import Trajectory
 
-from ..otlp_helpers import all_spans, end_span, make_request, make_span, random_trajectory, turn_spans
-from .test_collector_lifecycle import start, stop
-from .test_collector_process import read_records
-
-PB = {"Content-Type": "application/x-protobuf"}
+from ..helpers.collector import read_records, start, stop
+from ..helpers.hostile_cases import PB
+from ..helpers.otlp import all_spans, end_span, make_request, make_span, random_trajectory, turn_spans
 
 
 def test_connections_past_the_limit_get_503_and_one_log_line_per_burst(tmp_path: Path) -> None:

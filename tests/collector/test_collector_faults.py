@@ -19,11 +19,9 @@ import pytest
 
 from strands_tito.trajectory import Trajectory
 
-from ..otlp_helpers import all_spans, make_request
-from .test_collector_lifecycle import start, stop
-from .test_collector_process import read_records
-
-PB = {"Content-Type": "application/x-protobuf"}
+from ..helpers.collector import read_records, start, stop
+from ..helpers.hostile_cases import PB
+from ..helpers.otlp import all_spans, make_request
 
 
 @pytest.fixture

@@ -26,10 +26,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from strands_tito import spans as schema
 from strands_tito.collector import Collector, CollectorConfig
 
-from ..otlp_helpers import all_spans, any_value, make_request, make_span, random_trajectory, read_jsonl, turn_spans
+from ..helpers.hostile_cases import PB
+from ..helpers.otlp import all_spans, any_value, make_request, make_span, random_trajectory, read_jsonl, turn_spans
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-PB = {"Content-Type": "application/x-protobuf"}
 KEYS = [v for k, v in vars(schema).items() if isinstance(v, str) and v.startswith(schema.PREFIX) and k.isupper()]
 SEED = random_trajectory(random.Random(5150), turns=3)
 

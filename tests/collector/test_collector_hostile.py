@@ -18,8 +18,7 @@ import pytest
 from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.trajectory import Trajectory
 
-from ..otlp_helpers import all_spans, end_span, make_request, random_trajectory, read_jsonl, turn_spans
-from .collector_hostile_cases import (
+from ..helpers.hostile_cases import (
     BODY_CASES,
     HTTP_CASES,
     MAX_BODY,
@@ -30,6 +29,7 @@ from .collector_hostile_cases import (
     TOKEN,
     VICTIM,
 )
+from ..helpers.otlp import all_spans, end_span, make_request, random_trajectory, read_jsonl, turn_spans
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 HTTP_EXPECT = {"ok": 200, "bad": 400, "auth": 401, "large": 413}

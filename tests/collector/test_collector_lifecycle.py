@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import socket
 import subprocess
@@ -19,46 +18,9 @@ import pytest
 from strands_tito import spans as schema
 from strands_tito.collector.store import Store, StoredSpan
 
-from ..otlp_helpers import all_spans, make_request, make_span, random_trajectory
-from .test_collector_process import read_records
-
-PB = {"Content-Type": "application/x-protobuf"}
-
-
-def start(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
-        [
-            sys.executable, "-m", "strands_tito.cli", "collect", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0",
-            "--store", str(tmp_path / "store"), "--jsonl", str(tmp_path / "out.jsonl"), "--progress-interval", "0",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )  # fmt: skip
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        match = re.search(r"listening on http://[\d.]+:(\d+)", line)
-        if match:
-            return proc, int(match.group(1))
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise RuntimeError(f"collector did not start: {proc.communicate()[1][-2000:]}")
-
-
-def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> tuple[int, float, str]:
-    started = time.monotonic()
-    proc.send_signal(sig)
-    try:
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return proc.returncode, time.monotonic() - started, err
+from ..helpers.collector import read_records, start, stop
+from ..helpers.hostile_cases import PB
+from ..helpers.otlp import all_spans, make_request, make_span, random_trajectory
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

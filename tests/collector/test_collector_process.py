@@ -28,9 +28,9 @@ from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.otlp import attributes_of
 from strands_tito.trajectory import Trajectory
 
-from ..otlp_helpers import all_spans, make_request, random_trajectory, read_jsonl
-
-PB = {"Content-Type": "application/x-protobuf"}
+from ..helpers.collector import read_records
+from ..helpers.hostile_cases import PB
+from ..helpers.otlp import all_spans, make_request, random_trajectory
 
 
 class CollectorProcess:
@@ -122,17 +122,6 @@ def send_all(bodies: list[bytes], port: Any, progress: list[int] | None = None) 
                 except httpx.TransportError:
                     pass
                 time.sleep(0.05)
-
-
-def read_records(path: Path, count: int, timeout: float = 30) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        lines = read_jsonl(path)
-        if len(lines) >= count:
-            time.sleep(0.5)  # anything more would be a duplicate
-            return read_jsonl(path)
-        time.sleep(0.1)
-    raise AssertionError(f"only {len(lines)} of {count} records in {path}")
 
 
 def canonical(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

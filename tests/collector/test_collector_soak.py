@@ -31,24 +31,23 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from strands_tito.capture.spool import Spool, encode_request, spool_key
 from strands_tito.testing.engine import LocalEngine, Reply, Script
 
-from ..capture.test_spool import turn_spans as sdk_turn_spans
-from ..capture.test_spool_load import Collector, free_port, read_records
-from ..conftest import generate_records
-from ..otlp_helpers import all_spans, make_request, random_trajectory, turn_spans
-from ..providers.test_sglang_model import hermes_call
+from ..helpers.agents import generate_records, hermes_call
+from ..helpers.capture import emit_turn_spans as sdk_turn_spans
+from ..helpers.collector import FixedPortCollector, free_port, read_records
+from ..helpers.hostile_cases import PB
+from ..helpers.otlp import all_spans, make_request, random_trajectory, turn_spans
 
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = 4  # agent processes: even ones export over HTTP, odd ones over gRPC
 AGENTS = 5  # agents per process
 ROUNDS = 2
-PB = {"Content-Type": "application/x-protobuf"}
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
 @pytest.fixture
-def collector(tmp_path: Path) -> Iterator[Collector]:
+def collector(tmp_path: Path) -> Iterator[FixedPortCollector]:
     """``strands-tito collect`` on fixed HTTP and gRPC ports (a restart comes back where the agents send)."""
-    c = Collector(tmp_path / "store", tmp_path / "out.jsonl")
+    c = FixedPortCollector(tmp_path / "store", tmp_path / "out.jsonl")
     c.grpc = free_port()
     c.extra = ["--grpc", f"127.0.0.1:{c.grpc}", "--log-level", "ERROR", "--max-connections", "64"]
     c.start()
@@ -62,7 +61,9 @@ def soak_engine(start_engine: Callable[..., LocalEngine]) -> LocalEngine:
     return start_engine(*[Script(turns=list(turns)) for _ in range(PROCESSES * AGENTS)])
 
 
-def start_agents(engine: LocalEngine, collector: Collector, index: int, directory: Path) -> subprocess.Popen[str]:
+def start_agents(
+    engine: LocalEngine, collector: FixedPortCollector, index: int, directory: Path
+) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGL_", "STRANDS_TITO_"))}
     protocol, port = ("grpc", collector.grpc) if index % 2 else ("http/protobuf", collector.port)
     env.update(
@@ -89,7 +90,7 @@ def start_agents(engine: LocalEngine, collector: Collector, index: int, director
     )
 
 
-def hostile(collector: Collector, stop: threading.Event, written: Any) -> None:
+def hostile(collector: FixedPortCollector, stop: threading.Event, written: Any) -> None:
     """Garbage, late spans of a written trajectory, unusable rollout ids, idle sockets; over HTTP and gRPC."""
     rng = random.Random(13)
     late = make_request(turn_spans(written)).SerializeToString()
@@ -119,7 +120,7 @@ def hostile(collector: Collector, stop: threading.Event, written: Any) -> None:
 
 @pytest.mark.slow
 def test_soak_with_faults_every_normal_episode_exact_and_single(
-    soak_engine: LocalEngine, collector: Collector, tmp_path: Path
+    soak_engine: LocalEngine, collector: FixedPortCollector, tmp_path: Path
 ) -> None:
     written = random_trajectory(random.Random(3))
     r = httpx.post(f"http://127.0.0.1:{collector.port}/v1/traces", content=make_request(all_spans(written))

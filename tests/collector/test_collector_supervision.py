@@ -14,8 +14,8 @@ import pytest
 
 from strands_tito.collector import Collector, CollectorConfig
 
-from ..otlp_helpers import all_spans, make_request, random_trajectory, turn_spans
-from .test_collector import PB, assert_record, url, written
+from ..helpers.collector import PB, assert_record, url, written
+from ..helpers.otlp import all_spans, make_request, random_trajectory, turn_spans
 
 
 class Flaky:

@@ -28,7 +28,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from strands_tito import spans as schema
 
-from ..otlp_helpers import end_attributes, random_trajectory, read_jsonl, turn_attribute_sets
+from ..helpers.otlp import end_attributes, random_trajectory, read_jsonl, turn_attribute_sets
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 600

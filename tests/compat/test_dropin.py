@@ -6,10 +6,10 @@ received and produced.
 
 from __future__ import annotations
 
+import asyncio
 import base64
-import json
-from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
@@ -29,14 +29,16 @@ from strands_tito import (
 )
 from strands_tito.testing.engine import Fault, Reply, Script, routed_experts_for
 
-from ..conftest import assert_matches_engine, generate_records, make_agent, make_model
-from ..tools import calculator
-
-IM_END = 151645
-
-
-def hermes_call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+from ..helpers.agents import (
+    IM_END,
+    assert_matches_engine,
+    calculator,
+    generate_records,
+    hermes_call,
+    make_agent,
+    make_model,
+)
+from ..helpers.collector import established_connections_to
 
 
 def test_strands_sglang_public_names_exist() -> None:
@@ -192,10 +194,18 @@ async def test_client_takes_strands_sglang_options(start_engine, qwen3) -> None:
         base_url=engine.base_url, max_connections=4, timeout=None, connect_timeout=5.0, max_retries=3, retry_delay=0.01
     )
     assert (client.retry_delay, client.retry.backoff_base, client.max_retries, client.timeout) == (0.01, 0.01, 3, None)
+    port = httpx.URL(engine.base_url).port
+    assert port is not None
+    others = established_connections_to(port)
     model = make_model(engine, qwen3)
     model.client = client
     await make_agent(model).invoke_async("Hi")
     assert [r.status for r in engine.records if r.path == "/generate"] == [503, 503, 200]
     assert_matches_engine(model.rollout, generate_records(engine))
+    assert established_connections_to(port) > others  # kept alive for the next request
     await client.close()
-    assert client._pool is None and client._http is None
+    for _ in range(50):  # the transports close on the loop's next turns
+        if established_connections_to(port) == others:
+            break
+        await asyncio.sleep(0.02)
+    assert established_connections_to(port) == others

@@ -14,7 +14,7 @@ import transformers
 
 from strands_tito.testing.engine import Reply, Script, routed_experts_for
 
-from ..conftest import generate_records
+from ..helpers.agents import generate_records
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 XML_CALL = (

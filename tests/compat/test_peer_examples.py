@@ -35,11 +35,10 @@ from strands_tito.testing.engine import LocalEngine, Reply, Script
 from strands_tito.testing.sdist import SdistFetchError, cached_sdist_folder
 from strands_tito.testing.tokenizers import default_cache_root
 
-from ..conftest import assert_matches_engine, generate_records
+from ..helpers.agents import IM_END, assert_matches_engine, generate_records, hermes_call
 
 PEER = "strands-sglang"
 PEER_VERSION = "0.6.2"
-IM_END = 151645
 
 #: The examples of the sdist: each runnable one, or why it is not run here.
 EXAMPLES: dict[str, str | None] = {
@@ -118,10 +117,6 @@ def run_example(
         return Run(capsys.readouterr().out, models)
 
     return run
-
-
-def hermes_call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 @pytest.mark.parametrize("name", [n for n, why in EXAMPLES.items() if why is not None])

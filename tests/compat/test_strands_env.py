@@ -37,7 +37,7 @@ from strands_tito.testing.sdist import SdistFetchError, cached_sdist_folder
 from strands_tito.testing.tokenizers import default_cache_root
 from strands_tito.trajectory import Trajectory
 
-from ..conftest import assert_matches_engine, generate_records
+from ..helpers.agents import assert_matches_engine, generate_records, hermes_call
 
 # Each test starts strands-env processes (the unit suite alone takes a minute or more on a busy 2-core machine).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -224,10 +224,6 @@ def test_integration_tests_of_the_math_env(
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "3 passed" in done.stdout
     assert_each_matches_its_conversation(engine, read_log(log))
-
-
-def hermes_call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def test_a_tool_environment_with_loop_limits_and_a_malformed_call(

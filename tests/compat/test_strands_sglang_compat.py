@@ -17,12 +17,7 @@ import pytest
 from strands_tito import SGLangClient, SGLangModel
 from strands_tito.testing.engine import Reply, Script
 
-from ..conftest import assert_matches_engine, generate_records, make_agent, make_model
-from ..tools import calculator
-
-
-def hermes_call(name: str, **arguments: Any) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+from ..helpers.agents import assert_matches_engine, calculator, generate_records, hermes_call, make_agent, make_model
 
 
 def test_every_0_6_2_module_path_and_name_imports() -> None:

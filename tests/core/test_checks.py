@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from strands_tito import checks, spans
 from strands_tito.assembly import chain_turn
 from strands_tito.checks import FLOAT32_OVERFLOW, Missing
-from strands_tito.providers.sglang import SGLangResponseError, _parse_reply
+from strands_tito.providers.sglang import SGLangResponseError, parse_reply
 from strands_tito.trajectory import Trajectory, TrajectoryError
 
 MISSING: list[Missing] = ["anywhere", "first", "never", "all_or_none"]
@@ -135,7 +135,7 @@ def test_what_the_provider_accepts_the_collector_accepts(
         },
     }
     try:
-        parsed = _parse_reply(reply, input_ids, len(prompt), start, True, False)
+        parsed = parse_reply(reply, input_ids, len(prompt), start, True, False)
     except SGLangResponseError:
         return
     assert parsed.output_logprobs is not None and None not in parsed.output_logprobs

@@ -23,7 +23,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -51,23 +50,16 @@ from strands_tito.exporters.agentlightning import MARKER, AgentLightningExporter
 from strands_tito.testing.engine import LocalEngine, Reply, Script, routed_experts_for
 from strands_tito.trajectory import Trajectory
 
-from ..conftest import generate_records, make_agent, make_model
-from ..otlp_helpers import all_spans, make_request, random_trajectory
-from ..providers.test_sglang_model import hermes_call
-from ..tools import calculator
-from .agl_trainer import train_batch
+from ..helpers.agents import calculator, generate_records, hermes_call, make_agent, make_model
+from ..helpers.agl_trainer import train_batch
+from ..helpers.collector import free_port
+from ..helpers.hostile_cases import PB
+from ..helpers.otlp import all_spans, make_request, random_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 BIN = Path(sys.executable).parent
 KEY = "agl-test-key-7d41"
-PB = {"Content-Type": "application/x-protobuf"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(condition: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
@@ -242,7 +234,7 @@ class Proxy:
         self.hold_forwards = True  # ... after forwarding it to the server (True) or without (False)
         self.holding = threading.Event()
         self.release = threading.Event()
-        self._client = httpx.Client(timeout=30)
+        self.client = httpx.Client(timeout=30)
         self._server: ThreadingHTTPServer | None = None
         self.up()
 
@@ -260,9 +252,7 @@ class Proxy:
                 status = 0
                 if not hold or proxy.hold_forwards:
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                    answer = proxy._client.request(
-                        self.command, proxy.target + self.path, content=body, headers=headers
-                    )
+                    answer = proxy.client.request(self.command, proxy.target + self.path, content=body, headers=headers)
                     status = answer.status_code
                 proxy.requests.append((self.command, self.path.split("?")[0], status))
                 if hold:
@@ -297,7 +287,7 @@ class Proxy:
     def close(self) -> None:
         self.release.set()
         self.down()
-        self._client.close()
+        self.client.close()
 
 
 @pytest.fixture
@@ -828,7 +818,7 @@ async def test_each_sample_of_a_rewritten_episode_is_one_training_row(
     from strands import Agent
     from strands.agent.conversation_manager import SlidingWindowConversationManager
 
-    from ..providers.test_samples import SYSTEM, stepping_engine
+    from ..helpers.agents import SYSTEM, stepping_engine
 
     engine = stepping_engine(start_engine, qwen3, 10)
     model = make_model(engine, qwen3)

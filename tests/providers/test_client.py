@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
 import time
 from types import SimpleNamespace
@@ -26,10 +25,12 @@ from strands_tito import (
     get_client,
     get_client_from_slime_args,
 )
-from strands_tito.providers.client import _CancelWatch, classify_http_error, until_cancelled
+from strands_tito.providers import client as client_module
+from strands_tito.providers.client import classify_http_error, until_cancelled
 from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script
 
-from ..conftest import fast_client
+from ..helpers.agents import fast_client
+from ..helpers.collector import free_port
 
 PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
 
@@ -54,12 +55,6 @@ async def generate(client: TokenClient, prompt: list[int], **kwargs: Any) -> dic
 
 def route(client: TokenClient) -> str:
     return "/generate" if isinstance(client, SGLangClient) else "/inference/v1/generate"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def test_retry_after_is_honoured(start_engine, backend) -> None:  # type: ignore[no-untyped-def]
@@ -162,7 +157,7 @@ async def test_cancel_signal_drops_the_request(start_engine, backend) -> None:  
     assert engine.records[0].disconnected
 
 
-async def test_cancel_signal_watch_serves_every_request_without_polling() -> None:
+async def test_cancel_signal_watch_serves_every_request_without_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     """One thread per signal: it cancels every request in flight under it at once, and ends when idle."""
     signal = threading.Event()
     started = time.process_time()
@@ -180,14 +175,12 @@ async def test_cancel_signal_watch_serves_every_request_without_polling() -> Non
     assert all(isinstance(r, SGLangCancelledError) for r in results)
     with pytest.raises(SGLangCancelledError):  # a signal left set cancels the next request too
         await until_cancelled(asyncio.sleep(5), signal)
-    quiet = threading.Event()
-    watch = _CancelWatch.register(quiet, asyncio.ensure_future(asyncio.sleep(0)), lambda: None, idle=0.05)
-    watch.discard(next(iter(watch.pending)))
-    for _ in range(40):
-        if id(quiet) not in _CancelWatch.watches:
-            break
-        await asyncio.sleep(0.05)
-    assert id(quiet) not in _CancelWatch.watches
+    monkeypatch.setattr(client_module, "CANCEL_WATCH_IDLE", 0.05)
+    before = set(threading.enumerate())
+    assert await until_cancelled(asyncio.sleep(0, "ok"), threading.Event()) == "ok"
+    [watch] = [t for t in set(threading.enumerate()) - before if t.name == "strands-tito-cancel-watch"]
+    watch.join(2.0)  # idle for CANCEL_WATCH_IDLE: it ends by itself
+    assert not watch.is_alive()
 
 
 async def test_cancel_signal_cancels_only_the_request_in_the_callers_task() -> None:

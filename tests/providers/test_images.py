@@ -18,20 +18,19 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito import ImagesNotSupportedError, PromptError, VLLMModel
 from strands_tito import spans as schema
-from strands_tito.providers.sglang import _parse_reply
+from strands_tito.providers.sglang import parse_reply
 from strands_tito.span_images import encode_images
 from strands_tito.testing.engine import Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer
 from strands_tito.trajectory import Trajectory, TrajectoryError
 
-from ..capture.test_capture import assemble, assert_same, from_memory
-from ..conftest import assert_matches_engine, generate_records, make_agent, make_model
+from ..helpers.agents import SYSTEM, assert_matches_engine, generate_records, make_agent, make_model
+from ..helpers.capture import assemble, assert_same, from_memory
 
 USER_IMAGE = b"\x89PNG\r\n\x1a\nuser-image-bytes"
 TOOL_IMAGE = b"\xff\xd8\xffjpeg-from-the-tool" * 50
 USER_URL = "data:image/png;base64," + base64.b64encode(USER_IMAGE).decode()
 TOOL_URL = "data:image/jpeg;base64," + base64.b64encode(TOOL_IMAGE).decode()
-SYSTEM = "You are a helpful assistant."
 CALL = "<tool_call>\n<function=snapshot>\n<parameter=name>\nchart\n</parameter>\n</function>\n</tool_call>"
 
 
@@ -228,9 +227,9 @@ def test_reply_with_expanded_image_tokens_is_accepted() -> None:
         "meta_info": {"finish_reason": {"type": "stop"}, "prompt_tokens": 40, "output_token_logprobs": [[-0.1, 5]]},
     }
     # SGLang counts the prompt after expanding each image placeholder.
-    assert _parse_reply(reply, [1, 7, 2], 3, -1, True, False, expanded=True).output_ids == [5]
+    assert parse_reply(reply, [1, 7, 2], 3, -1, True, False, expanded=True).output_ids == [5]
     with pytest.raises(Exception, match="server counted 40 prompt tokens"):
-        _parse_reply(reply, [1, 7, 2], 3, -1, True, False)
+        parse_reply(reply, [1, 7, 2], 3, -1, True, False)
 
 
 def test_parquet_has_an_image_data_column(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -253,7 +252,7 @@ async def test_collector_ingest_carries_images_and_rejects_bad_ones(  # type: ig
     from strands_tito.collector.ingest import Ingestor
     from strands_tito.collector.store import Store
 
-    from ..otlp_helpers import make_request, make_span
+    from ..helpers.otlp import make_request, make_span
 
     _, model, _, _ = await run_episode(start_engine, qwen35)
     original = model.trajectory

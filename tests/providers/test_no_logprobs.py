@@ -28,8 +28,8 @@ from strands_tito.providers.slime import fill_sample
 from strands_tito.testing.engine import LocalEngine, Reply, Script
 from strands_tito.trajectory import TrajectoryError
 
-from ..collector.test_collector import parquet_rows, written
-from ..conftest import generate_records, make_agent, make_model
+from ..helpers.agents import generate_records, make_agent, make_model
+from ..helpers.collector import parquet_rows, written
 
 
 class _Sample(SimpleNamespace):

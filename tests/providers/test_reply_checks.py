@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from strands_tito import checks
 from strands_tito.providers import vllm
 from strands_tito.providers.reply_checks import finite_logprobs, is_token_id_list, keyed_logprobs, triple_logprobs
-from strands_tito.providers.sglang import SGLangInvalidSampleError, SGLangResponseError, _parse_reply
+from strands_tito.providers.sglang import SGLangInvalidSampleError, SGLangResponseError, parse_reply
 from strands_tito.providers.token_model import check_token_ids
 from strands_tito.providers.vllm import VLLMResponseError
 
@@ -222,7 +222,7 @@ def test_vllm_prompt_logprobs_match_the_per_position_check(n: int) -> None:
             broken[i] = [1]
         for new_prompt in (n, n - 1, 1):
             for got in (entries, broken):
-                fast = outcome(lambda g=got, k=new_prompt, e=ids: vllm._prompt_logprobs(g, e, k, "src"))
+                fast = outcome(lambda g=got, k=new_prompt, e=ids: vllm.parse_prompt_logprobs(g, e, k, "src"))
                 expected = outcome(lambda g=got, k=new_prompt, e=ids: ref_prompt(g, e, k, "src prompt_logprobs"))
                 assert fast == expected, (got, new_prompt)
 
@@ -269,23 +269,23 @@ def test_parse_reply_rejects_a_bad_logprob_anywhere(bad: Any, reason: str, where
     (input_lps if where == "input" else output_lps)[2] = bad
     reply = _reply(input_ids, output_ids, 9, input_lps, output_lps)
     with pytest.raises(SGLangInvalidSampleError, match=rf"{where}_token_logprobs\[2\]: logprob .*{reason}"):
-        _parse_reply(reply, input_ids, 20, 9, True, False)
+        parse_reply(reply, input_ids, 20, 9, True, False)
 
 
 def test_parse_reply_keeps_the_new_prompt_only() -> None:
     input_ids, output_ids = list(range(10, 40)), [7, 8, 9]
     input_lps: list[Any] = [None, -1, -2] + [-0.5] * 18
     reply = _reply(input_ids, output_ids, 9, input_lps, [-0.1, -1, 0])
-    parsed = _parse_reply(reply, input_ids, 20, 9, True, False)
+    parsed = parse_reply(reply, input_ids, 20, 9, True, False)
     assert parsed.prompt_logprobs == [-1.0, -2.0] + [-0.5] * 18
     assert parsed.output_logprobs == [-0.1, -1.0, 0.0]
     reply["output_ids"] = [7, True, 9]
     with pytest.raises(SGLangResponseError, match="no output_ids list of token ids"):
-        _parse_reply(reply, input_ids, 20, 9, True, False)
+        parse_reply(reply, input_ids, 20, 9, True, False)
     reply = _reply(input_ids, output_ids, 9, input_lps, [-0.1, -1, 0])
     reply["meta_info"]["input_token_logprobs"][5][1] += 1
     with pytest.raises(SGLangResponseError, match=r"input_token_logprobs\[5\]: entry .* does not describe token"):
-        _parse_reply(reply, input_ids, 20, 9, True, False)
+        parse_reply(reply, input_ids, 20, 9, True, False)
 
 
 def test_vllm_floor_is_missing_at_a_prompt_token_and_refused_at_a_generated_one() -> None:
@@ -293,6 +293,6 @@ def test_vllm_floor_is_missing_at_a_prompt_token_and_refused_at_a_generated_one(
     ``completion/serving.py:765`` floors ``-inf``): never a real value, so None at a prompt token, and a refused turn
     at an output."""
     entries: list[Any] = [None, {"11": {"logprob": vllm.LOGPROB_FLOOR}}, {"12": {"logprob": -0.5}}]
-    assert vllm._prompt_logprobs(entries, [10, 11, 12], 2, "src") == [None, -0.5]
+    assert vllm.parse_prompt_logprobs(entries, [10, 11, 12], 2, "src") == [None, -0.5]
     with pytest.raises(vllm.VLLMInvalidSampleError, match=r"\[1\]: logprob -9999.0 is vLLM's value"):
-        vllm._completion_logprobs({"token_logprobs": [-0.5, -9999.0]}, [7, 8])
+        vllm.parse_completion_logprobs({"token_logprobs": [-0.5, -9999.0]}, [7, 8])

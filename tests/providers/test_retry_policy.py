@@ -7,7 +7,6 @@ engine that is down fails within seconds with a clear error, and a longer window
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from typing import Any
@@ -25,18 +24,11 @@ from strands_tito import (
 )
 from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script
 
-from ..conftest import assert_matches_engine, generate_records, make_agent, make_model
-from ..tools import calculator
+from ..helpers.agents import assert_matches_engine, calculator, generate_records, make_agent, make_model
+from ..helpers.collector import free_port
 
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "6 * 7"}}\n</tool_call>'
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.mark.parametrize(

@@ -28,9 +28,7 @@ from strands_tito.testing.engine import EngineRecord, LocalEngine, Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer
 from strands_tito.trajectory import Trajectory
 
-from ..conftest import assert_matches_engine, generate_records, make_model
-
-SYSTEM = "You are a helpful assistant."
+from ..helpers.agents import SYSTEM, assert_matches_engine, generate_records, make_model, stepping_engine
 
 
 class Seen:
@@ -72,25 +70,6 @@ def assert_exact_samples(samples: list[Trajectory], records: list[EngineRecord])
         position += len(sample.turns)
     generated = sum(len(r.output_ids or []) for r in records)
     assert sum(sum(s.loss_mask) for s in samples) == generated
-
-
-def stepping_engine(start_engine: Any, qwen3: PreTrainedTokenizerBase, steps: int, *scripts: Script) -> LocalEngine:
-    """An engine whose model calls ``step`` until the tool has run ``steps`` times, then answers."""
-    call = f"<tool_call>\n{json.dumps({'name': 'step', 'arguments': {}})}\n</tool_call>"
-    engine: LocalEngine = start_engine(*scripts, default=Reply(text=call))
-    count = 0
-
-    @tool
-    def step() -> str:
-        """Take one step of the task."""
-        nonlocal count
-        count += 1
-        if count == steps:
-            engine.core.default = Reply(text="Done.")
-        return f"step {count} done: " + "details " * 6
-
-    engine.step_tool = step  # type: ignore[attr-defined]
-    return engine
 
 
 async def test_sliding_window_starts_exact_samples(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -266,8 +245,8 @@ async def test_capture_records_one_row_per_sample(start_engine, qwen3, memory) -
     from strands_tito import capture
     from strands_tito.providers.slime import samples_for_agents
 
-    from ..capture.test_capture import assemble, assert_same, from_memory
-    from .test_slime_helpers import Sample
+    from ..helpers.capture import assemble, assert_same, from_memory
+    from ..helpers.slime import Sample
 
     engine = stepping_engine(start_engine, qwen3, 12)
     model = make_model(engine, qwen3)

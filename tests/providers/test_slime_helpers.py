@@ -9,9 +9,7 @@ fields, ``response_length + 1`` offsets, and the last offset equal to the id cou
 from __future__ import annotations
 
 import base64
-import importlib.util
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,17 +20,8 @@ from strands_tito.providers.slime import fill_sample, samples_for_agents
 from strands_tito.testing.engine import LocalEngine, Reply, Script, routed_experts_for
 from strands_tito.trajectory import Trajectory
 
-from ..conftest import generate_records, make_agent, make_model
-from ..tools import calculator
-from .test_sglang_model import hermes_call
-
-_spec = importlib.util.spec_from_file_location(
-    "_slime_stubs", Path(__file__).resolve().parents[2] / "examples" / "_slime_stubs.py"
-)
-assert _spec is not None and _spec.loader is not None
-_stubs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_stubs)
-Sample = _stubs.Sample
+from ..helpers.agents import calculator, generate_records, hermes_call, make_agent, make_model
+from ..helpers.slime import Sample
 
 
 def slime_top_p_check(samples: list[Any]) -> None:

@@ -46,9 +46,17 @@ from strands_tito import (
 from strands_tito.providers.token_model import TokenModel
 from strands_tito.testing.engine import EngineRecord, Fault, LocalEngine, Reply, Script, routed_experts_for
 
-from ..conftest import assert_matches_engine, fast_client, make_agent
-from ..tools import calculator
-from .test_sglang_model import DRIFT_CASES, IM_END, decode, hermes_call, slow_echo
+from ..helpers.agents import (
+    DRIFT_CASES,
+    IM_END,
+    assert_matches_engine,
+    calculator,
+    decode,
+    fast_client,
+    hermes_call,
+    make_agent,
+    slow_echo,
+)
 
 #: Malformed reply kinds the engine serves (``Fault.malformed``).
 MALFORMED = ("missing_output_ids", "logprobs_wrong_length", "nan_logprob", "missing_meta_info", "wrong_types")

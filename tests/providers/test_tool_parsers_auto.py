@@ -24,9 +24,8 @@ from strands_tito.providers.tool_parsers import (
 )
 from strands_tito.testing.engine import Reply, Script
 
-from ..conftest import make_agent, make_model
-from ..tools import calculator
-from .test_tool_parsers_strict import (
+from ..helpers.agents import calculator, make_agent, make_model
+from ..helpers.tool_calls import (
     D_CALL,
     DB,
     DE,

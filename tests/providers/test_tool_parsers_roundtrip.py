@@ -32,7 +32,7 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito.providers.tool_parsers import get_tool_parser
 
-from ..templates import reference_template
+from ..helpers.templates import reference_template
 
 THINK = ("<think>", "</think>")
 

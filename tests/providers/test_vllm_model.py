@@ -61,9 +61,7 @@ from strands_tito.testing.family_tokenizers import stand_in_tokenizer
 from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
 
-from ..conftest import assert_matches_engine, make_agent
-from ..tools import calculator
-from .test_sglang_model import DRIFT_CASES, IM_END, decode, hermes_call
+from ..helpers.agents import DRIFT_CASES, IM_END, assert_matches_engine, calculator, decode, hermes_call, make_agent
 
 GENERATE = "/inference/v1/generate"
 COMPLETIONS = "/v1/completions"

@@ -29,7 +29,7 @@ from strands_tito.assembly import TrajectoryAssembler
 from strands_tito.checks import WeightVersionSpan
 from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script, Speculative
 
-from ..conftest import make_agent, make_model
+from ..helpers.agents import make_agent, make_model
 
 PROMPT = [151644, 872, 198, 9707, 151645, 198, 151644, 77091, 198]
 EOS = 151645  # <|im_end|>

@@ -13,7 +13,7 @@ from strands_tito.testing.engine.cli import build_parser
 from strands_tito.testing.engine.openai_chat import SGLANG_STREAM_TOKEN_IDS_MESSAGE, parse_chat_request
 from strands_tito.testing.engine.protocol import token_logprob
 
-from ..providers.test_sglang_model import IM_END, hermes_call
+from ..helpers.agents import IM_END, hermes_call
 
 TOOLS = [
     {

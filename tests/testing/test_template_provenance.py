@@ -19,16 +19,19 @@ from strands_tito.providers.prompt import PromptEncoder, PromptError, format_too
 from strands_tito.testing.chat_templates import real_chat_template
 from strands_tito.testing.family_tokenizers import family_tokenizer
 
-from ..providers.test_families import plan, structured
-from ..templates import (
+from ..helpers.agents import calculator
+from ..helpers.families import plan, structured
+from ..helpers.templates import (
     TEMPLATES,
     json_text_arguments,
     manifest,
     original_encoder,
+    original_prompt,
+    original_tokenizer,
+    other_originals,
     reference_template,
     reference_tokenizer,
 )
-from ..tools import calculator
 
 
 def sha256(text: str) -> str:
@@ -55,6 +58,7 @@ def test_every_family_has_a_recorded_reference() -> None:
             assert source.startswith("https://github.com/") or "generated_by" in entry["original"], name
     vendored = {e["original"]["file"] for e in entries.values() if "original" in e}
     vendored |= {e["original"]["file"] for e in manifest()["refused"].values() if "original" in e}
+    vendored |= {other["file"] for e in entries.values() for other in e.get("other_originals", [])}
     on_disk = {p.name for p in TEMPLATES.iterdir() if p.name != "manifest.json"}
     assert vendored == on_disk, "every vendored original is in the manifest"
 
@@ -71,6 +75,9 @@ def test_reference_and_llama_cpp_copy_are_the_recorded_files(name: str) -> None:
         # Where llama.cpp's copy was checked against the original, the manifest says whether they are the same.
         same = entry["original"].get("same_as_llama_cpp_copy", False)
         assert (reference_template(name) == real_chat_template(pinned["file"])) is same, "same_as_llama_cpp_copy"
+    for other in entry.get("other_originals", []):
+        assert other["source"].startswith("https://github.com/"), other["file"]
+        assert vendored_sha256(other["file"]) == other["sha256"], other["file"]
 
 
 def test_refused_families_are_the_recorded_files() -> None:
@@ -84,6 +91,8 @@ def test_refused_families_are_the_recorded_files() -> None:
 def test_the_encoder_passes_arguments_in_the_form_the_reference_takes(name: str) -> None:
     """Decided when the encoder is built: JSON text for DeepSeek-V3.1's original, a mapping for the others."""
     assert PromptEncoder(reference_tokenizer(name)).json_arguments is json_text_arguments(name)
+    for file in other_originals(name):
+        assert PromptEncoder(original_tokenizer(name, file)).json_arguments is json_text_arguments(name), file
 
 
 def test_deepseek_v31_original_concatenates_arguments_and_the_llama_cpp_copy_encodes_them() -> None:
@@ -155,23 +164,13 @@ def test_gemma4_is_refused_at_construction_naming_the_family_and_the_reason(temp
     PromptEncoder(gemma4_tokenizer("google-gemma-4-31B-it-interleaved"))
 
 
-def _v32_original_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool) -> str:
-    """DeepSeek's own encoder on a conversation: tools ride on the system message, arguments as JSON text."""
-    as_text = copy.deepcopy(messages)
-    as_text[0]["tools"] = tools
-    for message in as_text:
-        for call in message.get("tool_calls", []):
-            call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
-    mode = "thinking" if thinking else "chat"
-    return str(original_encoder("deepseek-v3.2").encode_messages(as_text, thinking_mode=mode))
-
-
 @pytest.mark.parametrize("thinking", [True, False], ids=["think", "nothink"])
 def test_deepseek_v32_llama_cpp_template_renders_what_the_original_encoder_renders(thinking: bool) -> None:
     """DeepSeek-V3.2 ships a Python encoder, not a template; the family is served on llama.cpp's Jinja rendering
     of it. Every prompt of the family episode (single and parallel calls, final answer, second user turn) is the
     original's, but for one place with thinking off: llama.cpp's generation prompt closes an empty think block
-    (<think></think>) where the original writes only </think>."""
+    (<think></think>) where the original writes only </think> (the encoder sends the original's:
+    tests/providers/test_families.py, test_family_episode)."""
     spec, tokenizer = FAMILIES["deepseek-v3.2"], reference_tokenizer("deepseek-v3.2")
     tools = format_tool_specs([calculator.tool_spec])
     assert tools is not None
@@ -180,7 +179,7 @@ def test_deepseek_v32_llama_cpp_template_renders_what_the_original_encoder_rende
         jinja = tokenizer.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True, tokenize=False, enable_thinking=thinking
         )
-        original = _v32_original_prompt(messages, tools, thinking)
+        original = original_prompt("deepseek-v3.2", messages, tools, thinking)
         if not thinking and k < len(prompts) - 1:  # every prompt before the last ends on a generation prompt
             assert jinja.endswith("<think></think>") and original.endswith("</think>"), k
             jinja = jinja.removesuffix("<think></think>") + "</think>"

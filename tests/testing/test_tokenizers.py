@@ -238,15 +238,15 @@ def test_publish_lost_race_keeps_winner(
     qwen3: PreTrainedTokenizerFast, tiny: PreTrainedTokenizerFast, tmp_path: Path
 ) -> None:
     path = tmp_path / "qwen3-tokenizer-v1"
-    tk._publish(qwen3, path)
+    tk.publish_to_cache(qwen3, path)
     before = (path / "tokenizer.json").stat().st_mtime_ns
-    tk._publish(qwen3, path)  # second publisher loses: the first complete copy stays
+    tk.publish_to_cache(qwen3, path)  # second publisher loses: the first complete copy stays
     assert (path / "tokenizer.json").stat().st_mtime_ns == before
     assert [p.name for p in tmp_path.iterdir()] == ["qwen3-tokenizer-v1"]
     # an unusable (wrong vocabulary) entry is replaced
-    tk._publish(tiny, tmp_path / "other")
+    tk.publish_to_cache(tiny, tmp_path / "other")
     wrong = tmp_path / "other"
-    tk._publish(qwen3, wrong)
+    tk.publish_to_cache(qwen3, wrong)
     assert len(PreTrainedTokenizerFast.from_pretrained(str(wrong))) == 151669
 
 

@@ -379,6 +379,11 @@ class TokenClient:
         return self._max_model_len
 
 
+#: Seconds a cancel signal's watch thread waits without a request under it before it ends (the next request under
+#: that signal starts a new one).
+CANCEL_WATCH_IDLE = 30.0
+
+
 class _CancelWatch:
     """A thread blocked on one cancel signal that cancels the requests in flight under it when it is set.
 
@@ -457,7 +462,7 @@ async def until_cancelled[T](coro: Coroutine[Any, Any, T], cancel_signal: thread
             state["fired"] = True
             task.cancel()
 
-    watch = _CancelWatch.register(cancel_signal, task, fire)
+    watch = _CancelWatch.register(cancel_signal, task, fire, idle=CANCEL_WATCH_IDLE)
     try:
         return await coro
     except asyncio.CancelledError:

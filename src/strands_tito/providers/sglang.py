@@ -225,7 +225,7 @@ class SGLangModel(TokenModel):
                 cancel_signal=request.cancel_signal,
                 image_data=images,
             )
-        reply = _parse_reply(
+        reply = parse_reply(
             raw, input_ids, request.new_prompt, logprob_start, return_logprob, return_routed, expanded=bool(images)
         )
         layout = self.config.get("routed_experts_layout")
@@ -322,7 +322,7 @@ def _weight_versions(
     return weight_versions_of(meta.get("weight_versions"), version, output_length, where, SGLangResponseError)
 
 
-def _parse_reply(
+def parse_reply(
     raw: dict[str, Any],
     input_ids: Sequence[int],
     new_prompt: int,
@@ -332,11 +332,10 @@ def _parse_reply(
     *,
     expanded: bool = False,
 ) -> Generation:
-    """Validate a ``/generate`` reply against the request before anything is recorded.
-
-    ``expanded``: the request carried images, so the server counts the prompt after expanding each placeholder
-    (at least one token per image).
-    """
+    """Validate a ``/generate`` reply against the request (the prompt ``input_ids``, its ``new_prompt`` new tokens,
+    the ``logprob_start`` sent, whether logprobs and routed experts were asked for) before anything is recorded: a
+    protocol break raises :class:`SGLangResponseError`, an untrainable sample :class:`SGLangInvalidSampleError`.
+    ``expanded``: the request carried images, so the server counts the prompt after expanding each placeholder."""
     output_ids, meta, finish = _checked_header(raw, len(input_ids), expanded)
     finish_type = cast(FinishReason, finish["type"])
 

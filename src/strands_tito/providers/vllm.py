@@ -242,7 +242,7 @@ class VLLMModel(TokenModel):
                 raise VLLMResponseError(f"{source} reply: the server's prompt_token_ids differ from the ids sent")
         prompt_logprobs = None
         if request.record and self.config.get("return_prompt_logprobs", False) and finish != "abort":
-            prompt_logprobs = _prompt_logprobs(reply.prompt_logprob_entries, input_ids, request.new_prompt, source)
+            prompt_logprobs = parse_prompt_logprobs(reply.prompt_logprob_entries, input_ids, request.new_prompt, source)
         cached = 0
         details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
         if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
@@ -348,7 +348,7 @@ def _parse_completion(raw: dict[str, Any], want_logprobs: bool) -> _Parsed:
         raise VLLMResponseError(f"{COMPLETIONS_PATH} reply: token_ids and logprobs.tokens disagree")
     output_logprobs = None
     if want_logprobs and finish != "abort":
-        output_logprobs = _completion_logprobs(logprobs, output_ids)
+        output_logprobs = parse_completion_logprobs(logprobs, output_ids)
     prompt = choice.get("prompt_token_ids"), choice.get("prompt_logprobs")
     return _Parsed(choice, finish, stop_reason, output_ids, output_logprobs, *prompt)
 
@@ -440,7 +440,10 @@ def _ids_from_logprob_tokens(logprobs: Any) -> list[int]:
     )
 
 
-def _completion_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float | None]:
+def parse_completion_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float | None]:
+    """The output tokens' logprobs from a ``/v1/completions`` reply's ``logprobs`` object, one per id in
+    ``output_ids``: a missing or malformed list is a :class:`VLLMResponseError`; a non-finite value, or vLLM's
+    floor (``LOGPROB_FLOOR``, what it writes for a missing one), a :class:`VLLMInvalidSampleError`."""
     values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
     where = f"{COMPLETIONS_PATH} logprobs.token_logprobs"
     if not isinstance(values, list) or len(values) != len(output_ids):
@@ -454,8 +457,11 @@ def _ids_json(request: GenerationRequest) -> orjson.Fragment | list[int]:
     return orjson.Fragment(request.input_ids_json) if request.input_ids_json is not None else list(request.input_ids)
 
 
-def _prompt_logprobs(entries: Any, input_ids: Sequence[int], new_prompt: int, source: str) -> list[float | None]:
-    """The logprobs of the last ``new_prompt`` prompt tokens from vLLM's ``prompt_logprobs`` (first entry null)."""
+def parse_prompt_logprobs(entries: Any, input_ids: Sequence[int], new_prompt: int, source: str) -> list[float | None]:
+    """The logprobs of the last ``new_prompt`` prompt tokens from vLLM's ``prompt_logprobs`` (first entry null),
+    checked against ``input_ids``; ``source`` names the endpoint in errors. A missing or mis-sized list, or an entry
+    without the prompt token's own logprob, is a :class:`VLLMResponseError`; vLLM's floor at a prompt token reads as
+    missing (None)."""
     where = f"{source} prompt_logprobs"
     if not isinstance(entries, list) or len(entries) != len(input_ids):
         got = len(entries) if isinstance(entries, list) else type(entries).__name__

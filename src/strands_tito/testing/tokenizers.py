@@ -53,6 +53,7 @@ __all__ = [
     "default_cache_root",
     "load_tiny_tokenizer",
     "load_tokenizer",
+    "publish_to_cache",
     "qwen3_cache_path",
     "tiktoken_vocab_merges",
     "tiny_tokenizer_path",
@@ -443,7 +444,7 @@ def _load_cached(path: Path, vocabulary: Vocabulary = _QWEN3) -> PreTrainedToken
     return tokenizer
 
 
-def _publish(tokenizer: PreTrainedTokenizerFast, path: Path, vocabulary: Vocabulary = _QWEN3) -> None:
+def publish_to_cache(tokenizer: PreTrainedTokenizerFast, path: Path, vocabulary: Vocabulary = _QWEN3) -> None:
     """Save ``tokenizer`` to ``path`` atomically: write into a sibling temp dir, then rename it into place.
 
     If another process publishes first, its copy is kept and ours is discarded.  An existing but unusable entry at
@@ -488,7 +489,7 @@ def _cached_or_built(path: Path, vocabulary: Vocabulary) -> PreTrainedTokenizerF
     logger.info("Building the %s tokenizer into %s", vocabulary.label, path)
     tokenizer = vocabulary.build()
     try:
-        _publish(tokenizer, path, vocabulary)
+        publish_to_cache(tokenizer, path, vocabulary)
     except OSError:
         logger.warning(
             "Could not write the %s tokenizer cache to %s; using the in-memory build",

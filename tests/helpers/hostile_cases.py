@@ -21,7 +21,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from strands_tito import spans as schema
 
-from ..otlp_helpers import any_value, make_request, make_span, random_trajectory, turn_spans
+from .otlp import any_value, make_request, make_span, random_trajectory, turn_spans
 
 VICTIM = random_trajectory(random.Random(1001), turns=3)
 OTHER = random_trajectory(random.Random(1002), turns=2)

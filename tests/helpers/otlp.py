@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
+import threading
 from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -13,6 +16,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from strands_tito import spans as schema
+from strands_tito.otlp import ReceivedSpan, iter_spans, parse_request
 from strands_tito.trajectory import Trajectory
 
 
@@ -140,3 +144,47 @@ def read_jsonl(path: os.PathLike[str] | str) -> list[dict[str, Any]]:
     with open(path, "rb") as handle:
         *complete, _partial = handle.read().split(b"\n")
     return [json.loads(line) for line in complete]
+
+
+class OTLPSink(ThreadingHTTPServer):
+    """A real OTLP/HTTP receiver on 127.0.0.1 (a free port) that keeps every request body, gunzipped."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _SinkHandler)
+        self.bodies: list[bytes] = []
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        """The base URL (``OTEL_EXPORTER_OTLP_ENDPOINT``)."""
+        return f"http://127.0.0.1:{self.server_port}"
+
+    @property
+    def traces_url(self) -> str:
+        """The traces endpoint (an ``OTLPSpanExporter``'s ``endpoint``)."""
+        return f"{self.url}/v1/traces"
+
+    def spans(self) -> list[ReceivedSpan]:
+        """Every span received so far, decoded."""
+        return [span for body in self.bodies for span in iter_spans(parse_request(body))]
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+class _SinkHandler(BaseHTTPRequestHandler):
+    server: OTLPSink
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        self.server.bodies.append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass

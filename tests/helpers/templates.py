@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerFast
 from strands_tito.testing.chat_templates import real_chat_template
 from strands_tito.testing.family_tokenizers import family_tokenizer
 
-TEMPLATES = Path(__file__).resolve().parent / "data" / "templates"
+TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
 
 
 @functools.cache
@@ -47,6 +47,11 @@ def thinking_switch(name: str) -> str:
     return str(manifest()["families"][name].get("thinking_switch", "enable_thinking"))
 
 
+def other_originals(name: str) -> list[str]:
+    """The files of the family's other verified originals (another repository's text), which its tests render too."""
+    return [entry["file"] for entry in manifest()["families"][name].get("other_originals", [])]
+
+
 @functools.cache
 def original_encoder(name: str) -> types.ModuleType:
     """The family's original Python encoder (DeepSeek-V3.2 ships one instead of a template), loaded from its
@@ -59,11 +64,32 @@ def original_encoder(name: str) -> types.ModuleType:
     return module
 
 
+def original_prompt(name: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool) -> str:
+    """The prompt the family's original encoder renders for a structured conversation (ending on its generation
+    prompt): the tools ride on the system message, a call's arguments are JSON text."""
+    as_text = copy.deepcopy(messages)
+    as_text[0]["tools"] = tools
+    for message in as_text:
+        for call in message.get("tool_calls", []):
+            call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+    mode = "thinking" if thinking else "chat"
+    return str(original_encoder(name).encode_messages(as_text, thinking_mode=mode))
+
+
 @functools.cache
 def reference_tokenizer(name: str) -> PreTrainedTokenizerFast:
     """The family's tokenizer (:func:`family_tokenizer`) with its reference template. Treat as read-only."""
+    return _with_template(name, reference_template(name))
+
+
+@functools.cache
+def original_tokenizer(name: str, file: str) -> PreTrainedTokenizerFast:
+    """The family's tokenizer with the vendored original ``file`` (of :func:`other_originals`). Treat as read-only."""
+    return _with_template(name, (TEMPLATES / file).read_text(encoding="utf-8"))
+
+
+def _with_template(name: str, template: str) -> PreTrainedTokenizerFast:
     tokenizer = family_tokenizer(name)
-    template = reference_template(name)
     if tokenizer.chat_template == template:
         return tokenizer
     tokenizer = copy.deepcopy(tokenizer)
