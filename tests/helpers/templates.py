@@ -64,6 +64,18 @@ def original_encoder(name: str) -> types.ModuleType:
     return module
 
 
+def original_prompt(name: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool) -> str:
+    """The prompt the family's original encoder renders for a structured conversation (ending on its generation
+    prompt): the tools ride on the system message, a call's arguments are JSON text."""
+    as_text = copy.deepcopy(messages)
+    as_text[0]["tools"] = tools
+    for message in as_text:
+        for call in message.get("tool_calls", []):
+            call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
+    mode = "thinking" if thinking else "chat"
+    return str(original_encoder(name).encode_messages(as_text, thinking_mode=mode))
+
+
 @functools.cache
 def reference_tokenizer(name: str) -> PreTrainedTokenizerFast:
     """The family's tokenizer (:func:`family_tokenizer`) with its reference template. Treat as read-only."""

@@ -26,18 +26,21 @@ from jinja2.exceptions import SecurityError
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import get_tool_parser
-from strands_tito.providers.families import FAMILIES, Family
+from strands_tito.providers.families import FAMILIES, Family, generation_prompt_ending
 from strands_tito.providers.prompt import PromptEncoder, format_tool_specs, tools_system_text
 from strands_tito.providers.rendering import render_chat_template, render_mutable
 from strands_tito.providers.tool_parsers import TOOL_PARSERS
+from strands_tito.testing.chat_templates import real_chat_template
 from strands_tito.testing.engine import Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer, stand_in_tokenizer
 
 from ..helpers.agents import SYSTEM, assert_matches_engine, calculator, generate_records, make_agent, make_model
 from ..helpers.families import USER_1, USER_2, Turn, plan, results, structured
 from ..helpers.templates import (
+    original_prompt,
     original_tokenizer,
     other_originals,
+    reference_template,
     reference_tokenizer,
     thinking_switch,
 )
@@ -46,9 +49,11 @@ from ..helpers.templates import (
 REASONS_ALWAYS = {"gpt-oss", "seed-oss"}
 #: Families whose template drops the reasoning of earlier turns even within one user query's tool loop.
 DROPS_IN_LOOP = {"qwq", "deepseek-v3.1"}
-#: Families whose template drops an empty think block (enable_thinking=False) within the tool loop (DeepSeek-V3.2
-#: re-renders its generation prompt's <think></think> as </think>).
-DROPS_EMPTY_IN_LOOP = {"qwen3", "deepseek-v3.2"}
+#: Families whose template drops an empty think block (enable_thinking=False) within the tool loop.
+DROPS_EMPTY_IN_LOOP = {"qwen3"}
+#: Families whose reference is their original Python encoder (DeepSeek-V3.2 ships no template; it is served on
+#: llama.cpp's Jinja rendering of it): each request is compared with what that encoder renders.
+ORIGINAL_ENCODERS = {"deepseek-v3.2"}
 
 
 class Renderer:
@@ -259,6 +264,9 @@ async def check_episode(start_engine, name: str, thinking: bool | None, tokenize
     second_user = 2  # requests from here on follow the second user query
     for k, record in enumerate(records):
         want = render(expected[k], generation=True)
+        if name in ORIGINAL_ENCODERS:
+            assert render.tools is not None
+            want = original_prompt(name, expected[k], render.tools, thinking is True)
         # Documented differences (families.py, README), asserted as exactly that: the template rewrites the reasoning
         # of earlier turns (after a second user query, or within the tool loop for some), the trajectory keeps it.
         in_loop = name in DROPS_IN_LOOP or (thinking is False and name in DROPS_EMPTY_IN_LOOP)
@@ -266,7 +274,7 @@ async def check_episode(start_engine, name: str, thinking: bool | None, tokenize
         got = str(tokenizer.decode(record.input_ids or [], skip_special_tokens=False))
         seen = rewritten(name, got, dropped)
         assert seen == want, f"request {k} differs beyond the documented differences: {first_difference(seen, want)}"
-        if not dropped:
+        if not dropped or (name in ORIGINAL_ENCODERS and seen == got):
             assert record.input_ids == tokenizer.encode(want, add_special_tokens=False), f"request {k} differs"
 
 
@@ -354,6 +362,20 @@ def test_qwq_generation_prompt_opens_the_think_block() -> None:
     assert text.endswith("<|im_start|>assistant\n<think>\n")
     assert PromptEncoder(tokenizer, enable_thinking=False).template_kwargs == {"enable_thinking": False}
     assert PromptEncoder(family_tokenizer("qwen3")).template_kwargs == {}
+
+
+def test_deepseek_v32_generation_prompt_is_its_encoders_on_its_template_only() -> None:
+    """The thinking-off generation prompt is rewritten to DeepSeek's (</think>) on llama.cpp's DeepSeek-V3.2
+    template alone, recognized by its text; every other reference template and llama.cpp copy keeps its own."""
+    for name, spec in FAMILIES.items():
+        want = ("<think></think>", "</think>") if name == "deepseek-v3.2" else None
+        assert generation_prompt_ending(reference_template(name)) == want, name
+        assert generation_prompt_ending(real_chat_template(f"{spec.template}.jinja")) == want, name
+    tokenizer = reference_tokenizer("deepseek-v3.2")
+    user: Any = [{"role": "user", "content": [{"text": USER_1}]}]
+    off = str(tokenizer.decode(PromptEncoder(tokenizer, enable_thinking=False).first_prompt(user, None, None)))
+    on = str(tokenizer.decode(PromptEncoder(tokenizer, enable_thinking=True).first_prompt(user, None, None)))
+    assert off.endswith("<｜Assistant｜></think>") and on.endswith("<｜Assistant｜><think>")
 
 
 @pytest.mark.parametrize("name", ["gpt-oss", "qwen3"])

@@ -26,6 +26,7 @@ from ..helpers.templates import (
     json_text_arguments,
     manifest,
     original_encoder,
+    original_prompt,
     original_tokenizer,
     other_originals,
     reference_template,
@@ -163,23 +164,13 @@ def test_gemma4_is_refused_at_construction_naming_the_family_and_the_reason(temp
     PromptEncoder(gemma4_tokenizer("google-gemma-4-31B-it-interleaved"))
 
 
-def _v32_original_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]], thinking: bool) -> str:
-    """DeepSeek's own encoder on a conversation: tools ride on the system message, arguments as JSON text."""
-    as_text = copy.deepcopy(messages)
-    as_text[0]["tools"] = tools
-    for message in as_text:
-        for call in message.get("tool_calls", []):
-            call["function"]["arguments"] = json.dumps(call["function"]["arguments"])
-    mode = "thinking" if thinking else "chat"
-    return str(original_encoder("deepseek-v3.2").encode_messages(as_text, thinking_mode=mode))
-
-
 @pytest.mark.parametrize("thinking", [True, False], ids=["think", "nothink"])
 def test_deepseek_v32_llama_cpp_template_renders_what_the_original_encoder_renders(thinking: bool) -> None:
     """DeepSeek-V3.2 ships a Python encoder, not a template; the family is served on llama.cpp's Jinja rendering
     of it. Every prompt of the family episode (single and parallel calls, final answer, second user turn) is the
     original's, but for one place with thinking off: llama.cpp's generation prompt closes an empty think block
-    (<think></think>) where the original writes only </think>."""
+    (<think></think>) where the original writes only </think> (the encoder sends the original's:
+    tests/providers/test_families.py, test_family_episode)."""
     spec, tokenizer = FAMILIES["deepseek-v3.2"], reference_tokenizer("deepseek-v3.2")
     tools = format_tool_specs([calculator.tool_spec])
     assert tools is not None
@@ -188,7 +179,7 @@ def test_deepseek_v32_llama_cpp_template_renders_what_the_original_encoder_rende
         jinja = tokenizer.apply_chat_template(
             messages, tools=tools, add_generation_prompt=True, tokenize=False, enable_thinking=thinking
         )
-        original = _v32_original_prompt(messages, tools, thinking)
+        original = original_prompt("deepseek-v3.2", messages, tools, thinking)
         if not thinking and k < len(prompts) - 1:  # every prompt before the last ends on a generation prompt
             assert jinja.endswith("<think></think>") and original.endswith("</think>"), k
             jinja = jinja.removesuffix("<think></think>") + "</think>"

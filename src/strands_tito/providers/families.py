@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["FAMILIES", "Family", "family", "template_defaults"]
+__all__ = ["FAMILIES", "Family", "family", "generation_prompt_ending", "template_defaults"]
 
 _QWEN_STOPS: Final = ("<|im_end|>", "<|endoftext|>")
 _GLM_TOKENS: Final = (
@@ -69,7 +69,11 @@ class Family:
         differences: Known, documented places where the token-in/token-out prompt differs from a re-render.
         template_kwargs: Template arguments the family's model is served with by default (QwQ: ``enable_thinking``),
             used wherever the template is rendered and the caller passes none (:func:`template_defaults`).
-        signature: A piece of the template's text that identifies it, for :func:`template_defaults`.
+        generation_prompt: Where the template's generation prompt is not the one the model was trained on: its
+            ending as the template writes it and as the model's own encoder writes it instead
+            (:func:`generation_prompt_ending`; DeepSeek-V3.2 with thinking off).
+        signature: A piece of the template's text that identifies it, for :func:`template_defaults` and
+            :func:`generation_prompt_ending`.
         vocabulary: The family's real vocabulary (``"qwen3"``, ``"qwen3.5"``, ``"llama3"``, ``"o200k_harmony"``,
             ``"deepseek-v3"``), or None where none can be had offline: it then runs on a stand-in
             (:func:`strands_tito.testing.family_tokenizers.stand_in_tokenizer`).
@@ -86,6 +90,7 @@ class Family:
     always_thinks: bool = False
     differences: tuple[str, ...] = field(default_factory=tuple)
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    generation_prompt: tuple[str, str] | None = None
     signature: str | None = None
     vocabulary: str | None = None
 
@@ -182,12 +187,15 @@ FAMILIES: Final[dict[str, Family]] = {
             "deepseek-v3.2", "deepseek-ai-DeepSeek-V3.2", "deepseek_v32", ("<｜end▁of▁sentence｜>",),
             special_tokens=(*_DEEPSEEK_TOKENS, "｜DSML｜"), bos_token="<｜begin▁of▁sentence｜>", thinking=True,
             vocabulary="deepseek-v3",
+            # DeepSeek ships V3.2's format as a Python encoder, no template; users load llama.cpp's Jinja rendering
+            # of it, whose thinking-off generation prompt (after a user turn and after tool results) closes an empty
+            # <think></think> where DeepSeek's encoder writes only </think>. The model is sent the encoder's.
+            generation_prompt=("<think></think>", "</think>"),
+            signature="{{- thinking_start_token + thinking_end_token -}}",
             differences=(
-                "llama.cpp's Jinja rendering of DeepSeek's Python encoder is inconsistent with itself: with thinking "
-                "off its generation prompt is <think></think> (after tool results \n\n<think></think>) but it "
-                "re-renders the turn as </think>; token-in/token-out keeps what the model saw. DeepSeek's encoder "
-                "writes </think> in both places: on llama.cpp's template the model is sent an empty think block the "
-                "original never renders (every other prompt is the original's, tests/test_template_provenance.py)",
+                "with thinking off, llama.cpp's Jinja rendering of DeepSeek's Python encoder writes the generation "
+                "prompt as <think></think>; the encoder sends </think>, as DeepSeek's own encoder does (and as the "
+                "template re-renders the turn): the model is sent the prompts its own encoder renders",
                 f"{_DROPS_REASONING} (re-rendered as a bare </think>)",
             ),
         ),
@@ -222,15 +230,29 @@ def family(name: str) -> Family:
     return found
 
 
+def _recognized(chat_template: str | None) -> Family | None:
+    """The family whose template this is, recognized by its text (:attr:`Family.signature`), if any."""
+    if not chat_template:
+        return None
+    return next((f for f in FAMILIES.values() if f.signature is not None and f.signature in chat_template), None)
+
+
 def template_defaults(chat_template: str | None) -> dict[str, Any]:
     """The template arguments a family's template is rendered with by default (``{}`` for most templates).
 
     The llama.cpp copy of QwQ's template writes ``<think>\n</think>`` as its generation prompt unless
     ``enable_thinking=True`` is passed, so a QwQ-like template (recognized by its text) gets that by default.
     """
-    if not chat_template:
-        return {}
-    for spec in FAMILIES.values():
-        if spec.signature is not None and spec.signature in chat_template:
-            return dict(spec.template_kwargs)
-    return {}
+    spec = _recognized(chat_template)
+    return dict(spec.template_kwargs) if spec is not None else {}
+
+
+def generation_prompt_ending(chat_template: str | None) -> tuple[str, str] | None:
+    """How the template ends a generation prompt the model was not trained on, and the ending the model's own
+    encoder writes instead; None for most templates.
+
+    llama.cpp's DeepSeek-V3.2 template (recognized by its text) ends the thinking-off generation prompt with an empty
+    ``<think></think>``; DeepSeek's encoder, which the template renders, writes ``</think>``.
+    """
+    spec = _recognized(chat_template)
+    return spec.generation_prompt if spec is not None else None

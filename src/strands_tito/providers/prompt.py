@@ -29,7 +29,7 @@ from strands.types.content import Message, Messages
 from strands.types.tools import ToolSpec
 from transformers import PreTrainedTokenizerBase
 
-from strands_tito.providers.families import FAMILIES, template_defaults
+from strands_tito.providers.families import FAMILIES, generation_prompt_ending, template_defaults
 from strands_tito.providers.messages import (
     MessageFormatter,
     PromptError,
@@ -122,6 +122,7 @@ class PromptEncoder:
             if enable_thinking is None
             else {_thinking_switch(tokenizer.chat_template): enable_thinking}
         )
+        self._generation_prompt = generation_prompt_ending(tokenizer.chat_template)
         self._added: dict[int, str] = {i: t.content for i, t in tokenizer.added_tokens_decoder.items()}
         backend = getattr(tokenizer, "backend_tokenizer", None)
         split_special = getattr(tokenizer, "split_special_tokens", False)
@@ -142,10 +143,19 @@ class PromptEncoder:
     def render(
         self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None, add_generation_prompt: bool
     ) -> str:
-        """Render messages with the chat template to text (list-changing templates too, see :mod:`.rendering`)."""
-        return render_chat_template(
+        """Render messages with the chat template to text (list-changing templates too, see :mod:`.rendering`).
+
+        Where the template ends a generation prompt differently from the model's own encoder, the encoder's ending
+        is written (:func:`strands_tito.providers.families.generation_prompt_ending`: DeepSeek-V3.2 with thinking off).
+        """
+        text = render_chat_template(
             self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt, **self.template_kwargs
         )
+        if add_generation_prompt and self._generation_prompt is not None:
+            written, trained = self._generation_prompt
+            if text.endswith(written):
+                text = text.removesuffix(written) + trained
+        return text
 
     def encode(self, text: str) -> list[int]:
         """Encode text with no extra special tokens (the template already placed them).
