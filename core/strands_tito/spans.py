@@ -245,7 +245,7 @@ class SpanRef:
 Decoded = TurnSpan | RewardSpan | EndSpan | CallSpan | SpanRef
 
 
-def turn_attributes(
+def turn_attributes(  # noqa: PLR0913, PLR0917  one parameter per attribute of the turn span's schema
     trajectory_id: str,
     index: int,
     prefix_length: int,

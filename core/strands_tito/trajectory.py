@@ -237,7 +237,7 @@ class Trajectory:
         image is one placeholder token. ``turns[k].image_data`` are the ones turn ``k`` added."""
         return self.images
 
-    def append_turn(
+    def append_turn(  # noqa: PLR0913  one keyword per field of a turn
         self,
         prompt_ids: Sequence[int],
         output_ids: Sequence[int],
@@ -298,7 +298,7 @@ class Trajectory:
         )
         return self._commit_turn(new, matched_stop, cached_tokens, latency_s, request_id, weight_version, spans)
 
-    def _check_turn(
+    def _check_turn(  # noqa: PLR0917  append_turn's arguments handed on in its order
         self,
         prompt_ids: Sequence[int],
         output_ids: Sequence[int],
@@ -369,7 +369,7 @@ class Trajectory:
             raise TrajectoryError("prompt_logprobs given for a turn without output logprobs")
         return None, b"", None, b""
 
-    def _commit_turn(
+    def _commit_turn(  # noqa: PLR0917  append_turn's checked arguments handed on in its order
         self,
         new: _CheckedTurn,
         matched_stop: int | str | None,

@@ -172,7 +172,7 @@ def _turn_list() -> TypeAdapter[list[TurnFields]]:
     return TypeAdapter(list[TurnFields])
 
 
-def _replay_turns(
+def _replay_turns(  # noqa: PLR0917  the loader's state threaded through, in the record's order
     trajectory: Trajectory,
     ids: list[int],
     logprobs: _Logprobs,
@@ -218,7 +218,7 @@ def _replay_turns(
     return position
 
 
-def _replay_segments(
+def _replay_segments(  # noqa: PLR0917  the loader's state threaded through, in the record's order
     trajectory: Trajectory,
     ids: list[int],
     logprobs: _Logprobs,

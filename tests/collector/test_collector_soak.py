@@ -119,7 +119,7 @@ def hostile(collector: FixedPortCollector, stop: threading.Event, written: Any) 
 
 
 @pytest.mark.slow
-def test_soak_with_faults_every_normal_episode_exact_and_single(
+def test_soak_with_faults_every_normal_episode_exact_and_single(  # noqa: PLR0915  the soak's scenario, phase by phase
     soak_engine: LocalEngine, collector: FixedPortCollector, tmp_path: Path
 ) -> None:
     written = random_trajectory(random.Random(3))

@@ -135,7 +135,7 @@ def test_what_the_provider_accepts_the_collector_accepts(
         },
     }
     try:
-        parsed = parse_reply(reply, input_ids, len(prompt), start, True, False)
+        parsed = parse_reply(reply, input_ids, len(prompt), start, want_logprobs=True, want_routed=False)
     except SGLangResponseError:
         return
     assert parsed.output_logprobs is not None and None not in parsed.output_logprobs

@@ -264,7 +264,7 @@ def test_a_real_strands_sglang_062_dump_loads_and_rebuilds_the_same_rollout() ->
     assert in_a_model is not None and (in_a_model.token_ids, in_a_model.turns) == (loaded.token_ids, loaded.turns)
 
 
-def _tampered(change: str) -> dict[str, Any]:
+def _tampered(change: str) -> dict[str, Any]:  # noqa: C901  one branch per tampering, read as a table
     t = Trajectory()
     t.append_turn(
         [1, 2, 3], [4, 5], finish_reason="stop", output_logprobs=[-1, -2], routed_experts=routing(4),

@@ -227,9 +227,9 @@ def test_reply_with_expanded_image_tokens_is_accepted() -> None:
         "meta_info": {"finish_reason": {"type": "stop"}, "prompt_tokens": 40, "output_token_logprobs": [[-0.1, 5]]},
     }
     # SGLang counts the prompt after expanding each image placeholder.
-    assert parse_reply(reply, [1, 7, 2], 3, -1, True, False, expanded=True).output_ids == [5]
+    assert parse_reply(reply, [1, 7, 2], 3, -1, want_logprobs=True, want_routed=False, expanded=True).output_ids == [5]
     with pytest.raises(Exception, match="server counted 40 prompt tokens"):
-        parse_reply(reply, [1, 7, 2], 3, -1, True, False)
+        parse_reply(reply, [1, 7, 2], 3, -1, want_logprobs=True, want_routed=False)
 
 
 def test_parquet_has_an_image_data_column(tmp_path) -> None:  # type: ignore[no-untyped-def]

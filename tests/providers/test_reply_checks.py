@@ -269,23 +269,23 @@ def test_parse_reply_rejects_a_bad_logprob_anywhere(bad: Any, reason: str, where
     (input_lps if where == "input" else output_lps)[2] = bad
     reply = _reply(input_ids, output_ids, 9, input_lps, output_lps)
     with pytest.raises(SGLangInvalidSampleError, match=rf"{where}_token_logprobs\[2\]: logprob .*{reason}"):
-        parse_reply(reply, input_ids, 20, 9, True, False)
+        parse_reply(reply, input_ids, 20, 9, want_logprobs=True, want_routed=False)
 
 
 def test_parse_reply_keeps_the_new_prompt_only() -> None:
     input_ids, output_ids = list(range(10, 40)), [7, 8, 9]
     input_lps: list[Any] = [None, -1, -2] + [-0.5] * 18
     reply = _reply(input_ids, output_ids, 9, input_lps, [-0.1, -1, 0])
-    parsed = parse_reply(reply, input_ids, 20, 9, True, False)
+    parsed = parse_reply(reply, input_ids, 20, 9, want_logprobs=True, want_routed=False)
     assert parsed.prompt_logprobs == [-1.0, -2.0] + [-0.5] * 18
     assert parsed.output_logprobs == [-0.1, -1.0, 0.0]
     reply["output_ids"] = [7, True, 9]
     with pytest.raises(SGLangResponseError, match="no output_ids list of token ids"):
-        parse_reply(reply, input_ids, 20, 9, True, False)
+        parse_reply(reply, input_ids, 20, 9, want_logprobs=True, want_routed=False)
     reply = _reply(input_ids, output_ids, 9, input_lps, [-0.1, -1, 0])
     reply["meta_info"]["input_token_logprobs"][5][1] += 1
     with pytest.raises(SGLangResponseError, match=r"input_token_logprobs\[5\]: entry .* does not describe token"):
-        parse_reply(reply, input_ids, 20, 9, True, False)
+        parse_reply(reply, input_ids, 20, 9, want_logprobs=True, want_routed=False)
 
 
 def test_vllm_floor_is_missing_at_a_prompt_token_and_refused_at_a_generated_one() -> None:

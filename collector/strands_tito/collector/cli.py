@@ -49,7 +49,6 @@ class _Parser(argparse.ArgumentParser):
         return [a for a in self._actions if a.option_strings and a.dest != "help"]
 
 
-# long: a declaration list, one statement per option
 def _parser(prog: str = "strands-tito collect") -> _Parser:
     """The collector's options (a declaration list; :func:`parse_args` checks how they combine)."""
     p = _Parser(prog=prog, description="Receive OTLP spans, write trajectories.")

@@ -99,7 +99,7 @@ class Delivery:
                 if self._stopping.wait(min(30.0, 0.5 * 2 ** min(failures, 6))):
                     return
 
-    def _round(self, exporter: TrajectoryExporter) -> bool:
+    def _round(self, exporter: TrajectoryExporter) -> bool:  # noqa: C901  one export step: stop, idle, backoff and acknowledgement, in order
         """One step of an export loop; False when the loop should end (stopping and nothing left to do).
 
         The exporter is reported failing (``/health`` degraded) from a failed write until a batch is written again.

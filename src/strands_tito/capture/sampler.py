@@ -39,7 +39,7 @@ class CaptureSampler(Sampler):
     cycle spans) are the ones dropped.
     """
 
-    def should_sample(
+    def should_sample(  # noqa: PLR0917  the OpenTelemetry Sampler interface's signature
         self,
         parent_context: Context | None,
         trace_id: int,

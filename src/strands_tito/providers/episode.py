@@ -124,7 +124,7 @@ class EpisodeState(AgentState):
         self.held = []
 
 
-def next_prompt(
+def next_prompt(  # noqa: PLR0917  the turn's inputs as the provider holds them, in one call
     state: EpisodeState,
     prompts: PromptEncoder,
     config: Mapping[str, Any],
@@ -181,7 +181,7 @@ def next_prompt(
     )
 
 
-def _template_turn(
+def _template_turn(  # noqa: PLR0917  next_prompt's inputs handed on in its order
     state: EpisodeState,
     prompts: PromptEncoder,
     messages: Messages,

@@ -226,7 +226,13 @@ class SGLangModel(TokenModel):
                 image_data=images,
             )
         reply = parse_reply(
-            raw, input_ids, request.new_prompt, logprob_start, return_logprob, return_routed, expanded=bool(images)
+            raw,
+            input_ids,
+            request.new_prompt,
+            logprob_start,
+            want_logprobs=return_logprob,
+            want_routed=return_routed,
+            expanded=bool(images),
         )
         layout = self.config.get("routed_experts_layout")
         if reply.routed_experts is not None and layout is not None:
@@ -327,9 +333,9 @@ def parse_reply(
     input_ids: Sequence[int],
     new_prompt: int,
     logprob_start: int,
+    *,
     want_logprobs: bool,
     want_routed: bool,
-    *,
     expanded: bool = False,
 ) -> Generation:
     """Validate a ``/generate`` reply against the request (the prompt ``input_ids``, its ``new_prompt`` new tokens,

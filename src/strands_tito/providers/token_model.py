@@ -388,7 +388,7 @@ class TokenModel(Model):
             self._hooked_agents.add(agent)
         return state
 
-    async def _turn_request(
+    async def _turn_request(  # noqa: PLR0917  the turn's state as stream() holds it, handed on once
         self,
         state: EpisodeState,
         messages: Messages,
@@ -448,7 +448,7 @@ class TokenModel(Model):
             await asyncio.sleep(policy.delay(attempt))
             attempt += 1
 
-    def _record(
+    def _record(  # noqa: PLR0917  the turn's state as stream() holds it, handed on once
         self,
         state: EpisodeState,
         messages: Messages,

@@ -166,7 +166,7 @@ class HttpReceiver:
                 return  # h11 says the connection cannot be reused (Connection: close, HTTP/1.0)
             conn.start_next_cycle()
 
-    async def _exchange(
+    async def _exchange(  # noqa: C901  one request's checks in the order the protocol reads it
         self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> tuple[int, bytes, str, dict[str, str]]:
         """Read one request and answer it: ``(status, body, content type, extra headers)``."""

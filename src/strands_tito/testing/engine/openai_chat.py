@@ -192,7 +192,7 @@ class ChatCompletions:
             rerendered=True,
         )
 
-    def _answer(
+    def _answer(  # noqa: PLR0917  the request's parts as the endpoint parsed them
         self,
         request: ChatRequest,
         record: EngineRecord,
@@ -363,7 +363,7 @@ class ChatCompletions:
             views.append((parsed.reasoning, parsed.content))
         return views
 
-    def _chunks(
+    def _chunks(  # noqa: C901  the stream's events in the order the client reads them
         self, request: ChatRequest, prompt: list[int], outcome: Outcome, parsed: ParsedReply
     ) -> list[dict[str, Any]]:
         """The SSE events: a role chunk, one chunk per token (deltas), the finish on the last, then usage."""

@@ -111,7 +111,7 @@ def _bool_field(body: Mapping[str, Any], name: str, default: bool = False) -> bo
     return value
 
 
-def _template_message(message: Any, index: int) -> dict[str, Any]:
+def _template_message(message: Any, index: int) -> dict[str, Any]:  # noqa: C901  one branch per message shape, read as a table
     if not isinstance(message, dict) or not isinstance(message.get("role"), str):
         raise ChatError(f"messages[{index}] must be an object with a string role")
     out: dict[str, Any] = {key: value for key, value in message.items() if key != "content"}

@@ -198,7 +198,7 @@ class OutputBuilder:
 
     # -- bodies ----------------------------------------------------------------------------------------------------
 
-    def _body(
+    def _body(  # noqa: PLR0917  the response's fields as both endpoints build them
         self,
         generate: GenerateRequest,
         prompt: list[int],

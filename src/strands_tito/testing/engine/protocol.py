@@ -352,7 +352,7 @@ def _invalid_type(value: Any, expected: str) -> ProtocolError:
     return contract_error(f"invalid type: {_unexpected(value)}, expected {expected}")
 
 
-def _contract_value(kind: str, value: Any) -> None:
+def _contract_value(kind: str, value: Any) -> None:  # noqa: C901  one branch per contract kind, read as a table
     is_number = isinstance(value, int | float) and not isinstance(value, bool)
     if kind == "i64" and not _is_int(value):
         raise _invalid_type(value, "i64")
@@ -433,7 +433,7 @@ class SamplingParams:
         )
 
 
-def verify_sampling_params(params: SamplingParams) -> None:
+def verify_sampling_params(params: SamplingParams) -> None:  # noqa: C901  SGLang's checks, one per parameter, in its order
     """``SamplingParams.verify``: raise the 400 ``ValueError`` SGLang gives for out-of-range values."""
     raw = params.raw
 

@@ -81,7 +81,7 @@ class LocalEngine:
     conversations, settings); :attr:`vllm` the vLLM endpoints' switches.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913  one keyword per engine option
         self,
         tokenizer: PreTrainedTokenizerBase,
         scripts: Sequence[Script] | None = None,

@@ -125,7 +125,7 @@ def _token_ids(value: Any, loc: str) -> list[int]:
 class _Call:
     """One parsed request, whichever endpoint it came to."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0917  the engine's parts wired once, in the server's order
         self,
         path: str,
         rid: str,
