@@ -125,10 +125,11 @@ class TrajectoryRecord:
 class _Pending:
     turns: dict[int, TurnSpan | SpanRef] = field(default_factory=dict)
     calls: dict[int, CallSpan | SpanRef] = field(default_factory=dict)
-    rewards: list[RewardSpan] = field(default_factory=list)
+    # Insertion-ordered sets: a request of many rewards or traces of one trajectory stays linear (it was quadratic).
+    rewards: dict[RewardSpan, None] = field(default_factory=dict)
     end: EndSpan | None = None
     conflicts: list[str] = field(default_factory=list)
-    trace_ids: list[str] = field(default_factory=list)
+    trace_ids: dict[str, None] = field(default_factory=dict)
     resource: dict[str, Any] = field(default_factory=dict)
     last_seen: float = field(default_factory=time.monotonic)
 
@@ -193,8 +194,8 @@ class TrajectoryAssembler:
         pending = self._pending.setdefault(tid, _Pending())
         pending.last_seen = time.monotonic()
         # The end signal is a root span of its own trace; only traces holding turns or rewards are worth listing.
-        if trace_id and not isinstance(span, EndSpan) and trace_id not in pending.trace_ids:
-            pending.trace_ids.append(trace_id)
+        if trace_id and not isinstance(span, EndSpan):
+            pending.trace_ids.setdefault(trace_id)
         if resource:
             pending.resource.update(resource)
         if isinstance(span, TurnSpan) or (isinstance(span, SpanRef) and span.kind == "turn"):
@@ -202,8 +203,7 @@ class TrajectoryAssembler:
         elif isinstance(span, CallSpan | SpanRef):
             self._add_call(pending, span)
         elif isinstance(span, RewardSpan):
-            if span not in pending.rewards:
-                pending.rewards.append(span)
+            pending.rewards.setdefault(span)  # an identical reward is a retry
         elif pending.end is None or pending.end == span:
             pending.end = span
         else:
@@ -292,7 +292,7 @@ class TrajectoryAssembler:
             logger.exception("trajectory_id=<%s> | could not be assembled; written as incomplete", tid)
             record = quarantined(tid, e)
         record.rewards = [r.value for r in sorted(pending.rewards, key=lambda r: r.time_unix_nano)]
-        record.trace_ids = pending.trace_ids
+        record.trace_ids = list(pending.trace_ids)
         record.resource = pending.resource
         if record.complete:
             self.stats.complete += 1
