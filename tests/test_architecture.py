@@ -528,10 +528,6 @@ OWN_PRIVATE_IN_TESTS_TO_REMOVE = {
     ("tests/capture/test_capture_finalizers.py", "recorder._lock"),
     ("tests/capture/test_capture_finalizers.py", "setattr(recorder, '_open')"),
     ("tests/capture/test_capture_finalizers.py", "setattr(recorder, '_active')"),
-    # Forcing the per-entry path of the array checks, to compare it with the fast path.
-    ("tests/core/test_checks.py", "setattr(checks, '_SMALL')"),
-    ("tests/core/test_checks.py", "setattr(checks, '_pack_floats')"),
-    ("tests/core/test_checks.py", "setattr(checks, '_numeric')"),
     # The harness's tokenizer cache: its build step and in-process memo.
     ("tests/testing/test_tokenizers.py", "setattr(tk, '_build_qwen3_in_memory')"),
     ("tests/testing/test_tokenizers.py", "tk._qwen3_for_path"),

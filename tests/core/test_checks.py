@@ -7,8 +7,9 @@ import math
 import random
 from typing import Any
 
+import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strands_tito import checks, spans
@@ -32,6 +33,20 @@ def outcome(values: list[Any], missing: Missing) -> tuple[str, Any]:
     return "ok", (repr(checked), packed)
 
 
+def per_entry(values: list[Any], missing: Missing) -> tuple[str, Any]:
+    """The rule entry by entry (``checks.logprob_value``), as :func:`outcome` reports it: what every path must equal."""
+    all_missing = values.count(None) == len(values)
+    out: list[float | None] = []
+    try:
+        for i, value in enumerate(values):
+            ok = missing == "anywhere" or (missing == "first" and i == 0) or (missing == "all_or_none" and all_missing)
+            out.append(checks.logprob_value(value, f"lp[{i}]", Refused, missing_ok=ok))
+    except Refused as e:
+        return "error", str(e)
+    with np.errstate(over="ignore"):
+        return "ok", (repr(out), np.array(out, dtype=np.float64).astype("<f4").tobytes())
+
+
 _value = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.floats(-1e3, 0.0, width=32),
@@ -41,20 +56,11 @@ _value = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=400, deadline=None)
 @given(values=st.lists(_value, max_size=90), missing=st.sampled_from(MISSING))
-def test_fast_paths_decide_as_the_per_entry_rule(
-    monkeypatch: pytest.MonkeyPatch, values: list[Any], missing: Missing
-) -> None:
-    """The plain-Python, ``array``/``sum`` and numpy paths give the per-entry loop's result, bytes and error."""
-    fast = outcome(values, missing)
-    with monkeypatch.context() as patch:
-        patch.setattr(checks, "_SMALL", -1)
-        assert outcome(values, missing) == fast
-    with monkeypatch.context() as patch:
-        patch.setattr(checks, "_pack_floats", lambda v, m: None)
-        patch.setattr(checks, "_numeric", lambda v, k, m: None)
-        assert outcome(values, missing) == fast
+def test_fast_paths_decide_as_the_per_entry_rule(values: list[Any], missing: Missing) -> None:
+    """The plain-Python, ``array``/``sum`` and numpy paths give the per-entry rule's result, bytes and error."""
+    assert outcome(values, missing) == per_entry(values, missing)
 
 
 _floats_long = st.builds(
@@ -65,16 +71,14 @@ _floats_long = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=200, deadline=None)
 @given(values=_floats_long, rng=st.randoms(use_true_random=False), missing=st.sampled_from(MISSING))
 def test_long_float_lists_take_the_packed_path_with_the_same_result(
-    monkeypatch: pytest.MonkeyPatch, values: list[Any], rng: random.Random, missing: Missing
+    values: list[Any], rng: random.Random, missing: Missing
 ) -> None:
     rng.shuffle(values)
     fast = outcome(values, missing)
-    with monkeypatch.context() as patch:
-        patch.setattr(checks, "_pack_floats", lambda v, m: None)
-        assert outcome(values, missing) == fast
+    assert fast == per_entry(values, missing)
     if fast[0] == "ok":  # the reply's own float objects are kept
         checked, _ = checks.logprobs(values, "lp", Refused, missing=missing)
         assert checked is values
