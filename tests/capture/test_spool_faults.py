@@ -27,7 +27,7 @@ from strands_tito.capture.spool_processor import SpoolingSpanProcessor
 from strands_tito.trajectory import Trajectory
 
 from ..helpers.capture import emit_turn_spans, make_trajectory
-from ..helpers.hostile_cases import PB
+from ..helpers.collector import PB
 from ..helpers.otlp import all_spans, end_attributes, make_request, read_jsonl
 
 

@@ -22,8 +22,7 @@ from strands_tito.collector.cli import parse_args
 from strands_tito.collector.ingest import MAX_REQUEST_TOKENS
 from strands_tito.trajectory import Trajectory
 
-from ..helpers.collector import read_records, start, stop
-from ..helpers.hostile_cases import PB
+from ..helpers.collector import PB, read_records, start, stop
 from ..helpers.otlp import all_spans, end_span, make_request, make_span, random_trajectory, turn_spans
 
 

@@ -19,8 +19,7 @@ import pytest
 
 from strands_tito.trajectory import Trajectory
 
-from ..helpers.collector import read_records, start, stop
-from ..helpers.hostile_cases import PB
+from ..helpers.collector import PB, read_records, start, stop
 from ..helpers.otlp import all_spans, make_request
 
 

@@ -26,7 +26,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from strands_tito import spans as schema
 from strands_tito.collector import Collector, CollectorConfig
 
-from ..helpers.hostile_cases import PB
+from ..helpers.collector import PB
 from ..helpers.otlp import all_spans, any_value, make_request, make_span, random_trajectory, read_jsonl, turn_spans
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"

@@ -24,7 +24,7 @@ from ..helpers.hostile_cases import (
     MAX_BODY,
     MAX_DECOMPRESSED,
     OTHER,
-    PB,
+    PROTOBUF,
     RAW_HTTP_CASES,
     TOKEN,
     VICTIM,
@@ -82,7 +82,7 @@ async def grpc_export(c: Collector, body: bytes, authorization: str | None) -> g
 
 
 async def send_good(c: Collector, spans: list[Any]) -> None:
-    r = await post(c, make_request(spans).SerializeToString(), {"Content-Type": PB, **AUTH})
+    r = await post(c, make_request(spans).SerializeToString(), {"Content-Type": PROTOBUF, **AUTH})
     assert r.status_code == 200, r.content
 
 
@@ -128,7 +128,7 @@ async def test_hostile_body_over_http_and_grpc(tmp_path: Path, name: str) -> Non
     case = BODY_CASES[name]
 
     async def hostile(c: Collector) -> None:
-        headers = {"Content-Type": PB}
+        headers = {"Content-Type": PROTOBUF}
         if case.authorization is not None:
             headers["Authorization"] = case.authorization
         r = await post(c, case.body, headers)
@@ -146,7 +146,7 @@ async def test_hostile_http_encoding_and_json(tmp_path: Path, name: str) -> None
     body, headers, status = HTTP_CASES[name]
 
     async def hostile(c: Collector) -> None:
-        r = await post(c, body, {"Content-Type": PB, **AUTH, **headers})
+        r = await post(c, body, {"Content-Type": PROTOBUF, **AUTH, **headers})
         assert r.status_code == status, r.content[:300]
 
     await around(tmp_path, hostile)

@@ -18,8 +18,7 @@ import pytest
 from strands_tito import spans as schema
 from strands_tito.collector.store import Store, StoredSpan
 
-from ..helpers.collector import read_records, start, stop
-from ..helpers.hostile_cases import PB
+from ..helpers.collector import PB, read_records, start, stop
 from ..helpers.otlp import all_spans, make_request, make_span, random_trajectory
 
 

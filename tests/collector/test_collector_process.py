@@ -28,8 +28,7 @@ from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.otlp import attributes_of
 from strands_tito.trajectory import Trajectory
 
-from ..helpers.collector import read_records
-from ..helpers.hostile_cases import PB
+from ..helpers.collector import PB, read_records
 from ..helpers.otlp import all_spans, make_request, random_trajectory
 
 

@@ -33,8 +33,7 @@ from strands_tito.testing.engine import LocalEngine, Reply, Script
 
 from ..helpers.agents import generate_records, hermes_call
 from ..helpers.capture import emit_turn_spans as sdk_turn_spans
-from ..helpers.collector import FixedPortCollector, free_port, read_records
-from ..helpers.hostile_cases import PB
+from ..helpers.collector import PB, FixedPortCollector, free_port, read_records
 from ..helpers.otlp import all_spans, make_request, random_trajectory, turn_spans
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -52,8 +52,7 @@ from strands_tito.trajectory import Trajectory
 
 from ..helpers.agents import calculator, generate_records, hermes_call, make_agent, make_model
 from ..helpers.agl_trainer import train_batch
-from ..helpers.collector import free_port
-from ..helpers.hostile_cases import PB
+from ..helpers.collector import PB, free_port
 from ..helpers.otlp import all_spans, make_request, random_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]

