@@ -140,7 +140,7 @@ GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|tool_call>", "<tool_call|>", 
 
 def gemma4_tokenizer(template: str) -> Any:
     """A stand-in Gemma-4 tokenizer: the Qwen3 vocabulary plus Gemma-4's turn and tool tokens, with ``template`` (a
-    file in the sdist, or the vendored copy of Google's when ``"original"``)."""
+    file in the sdist, or, when ``"original"``, TRL's copy of google/gemma-4-E2B-it's current Hub revision)."""
     tokenizer = copy.deepcopy(family_tokenizer("qwen3"))
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in GEMMA4_TOKENS], special_tokens=True)
     original = manifest()["refused"]["gemma-4"]["original"]
@@ -156,7 +156,7 @@ def gemma4_tokenizer(template: str) -> Any:
 @pytest.mark.parametrize("template", ["google-gemma-4-31B-it", "original"])
 def test_gemma4_is_refused_at_construction_naming_the_family_and_the_reason(template: str) -> None:
     """Gemma-4 writes a tool result inside the model's own turn after <|tool_response>, with no end of turn: on
-    llama.cpp's copy and on the later copy of Google's template (manifest ``refused``)."""
+    llama.cpp's copy and on TRL's copy of the template's current Hub revision (manifest ``refused``)."""
     with pytest.raises(PromptError, match="inside the model's own turn") as raised:
         PromptEncoder(gemma4_tokenizer(template))
     assert "Gemma-4's template" in str(raised.value) and "<|tool_response>response:tito_probe_tool" in str(raised.value)
