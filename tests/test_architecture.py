@@ -385,7 +385,8 @@ def test_strands_sglang_module_paths_are_served_from_compat_and_nothing_else() -
 
 
 #: The lint rules that replace size caps (pyproject.toml): complexity, argument counts, statements. A function over a
-#: limit that still reads straight through is allowed with ``# noqa: <code>  <reason>``; the reason is required.
+#: limit that still reads straight through is allowed with a noqa comment that names the code, then the reason
+#: (required).
 READABILITY_RULES = ("C901", "PLR0913", "PLR0915", "PLR0917")
 NOQA = re.compile(r"#\s*noqa:\s*([A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*)(.*)$")
 

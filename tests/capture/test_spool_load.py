@@ -26,7 +26,7 @@ import pytest
 from strands_tito.testing.engine import LocalEngine, Reply, Script
 
 from ..helpers.agents import generate_records, hermes_call
-from ..helpers.collector import FixedPortCollector, read_records
+from ..helpers.collector import CollectorProcess, free_port, read_records
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS = 200
@@ -35,15 +35,15 @@ PAUSE = 10.0
 
 
 @pytest.fixture
-def collector(tmp_path: Path) -> Iterator[FixedPortCollector]:
-    c = FixedPortCollector(tmp_path / "store", tmp_path / "trajectories.jsonl")
+def collector(tmp_path: Path) -> Iterator[CollectorProcess]:
+    c = CollectorProcess(tmp_path / "store", tmp_path / "trajectories.jsonl", port=free_port())
     c.start()
     yield c
     c.stop()
 
 
 def start_agents(
-    engine: LocalEngine, collector: FixedPortCollector, spool_dir: Path, stderr: Path
+    engine: LocalEngine, collector: CollectorProcess, spool_dir: Path, stderr: Path
 ) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGL_", "STRANDS_TITO_"))}
     env.update(
@@ -119,7 +119,7 @@ def load_engine(start_engine: Callable[..., LocalEngine]) -> LocalEngine:
 @pytest.mark.slow
 @pytest.mark.parametrize("outage", ["pause", "kill"])
 def test_200_agents_survive_a_collector_outage(
-    outage: str, load_engine: LocalEngine, collector: FixedPortCollector, tmp_path: Path
+    outage: str, load_engine: LocalEngine, collector: CollectorProcess, tmp_path: Path
 ) -> None:
     log = tmp_path / "agents.stderr"
     agents = start_agents(load_engine, collector, tmp_path / "spool", log)

@@ -7,10 +7,6 @@ import asyncio
 import hashlib
 import os
 import random
-import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,62 +24,8 @@ from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.otlp import attributes_of
 from strands_tito.trajectory import Trajectory
 
-from ..helpers.collector import PB, read_records
+from ..helpers.collector import PB, CollectorProcess, read_records
 from ..helpers.otlp import all_spans, make_request, random_trajectory
-
-
-class CollectorProcess:
-    """``strands-tito collect`` in a subprocess."""
-
-    def __init__(self, store: Path, out: Path) -> None:
-        self.store, self.out = store, out
-        self.proc: subprocess.Popen[str] | None = None
-        self.port = 0
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "strands_tito.cli",
-                "collect",
-                "--http",
-                "127.0.0.1:0",
-                "--grpc",
-                "off",
-                "--store",
-                str(self.store),
-                "--jsonl",
-                str(self.out),
-                "--progress-interval",
-                "0",
-                "--log-level",
-                "WARNING",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            match = re.search(r"listening on http://[\d.]+:(\d+)", line)
-            if match:
-                self.port = int(match.group(1))
-                return
-            if not line and self.proc.poll() is not None:
-                break
-        raise RuntimeError("collector did not start")
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(30)
 
 
 def requests_for(trajectories: list[Trajectory], rng: random.Random) -> list[bytes]:

@@ -33,7 +33,7 @@ from strands_tito.testing.engine import LocalEngine, Reply, Script
 
 from ..helpers.agents import generate_records, hermes_call
 from ..helpers.capture import emit_turn_spans as sdk_turn_spans
-from ..helpers.collector import PB, FixedPortCollector, free_port, read_records
+from ..helpers.collector import PB, CollectorProcess, free_port, read_records
 from ..helpers.otlp import all_spans, make_request, random_trajectory, turn_spans
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,9 +44,9 @@ EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
 @pytest.fixture
-def collector(tmp_path: Path) -> Iterator[FixedPortCollector]:
+def collector(tmp_path: Path) -> Iterator[CollectorProcess]:
     """``strands-tito collect`` on fixed HTTP and gRPC ports (a restart comes back where the agents send)."""
-    c = FixedPortCollector(tmp_path / "store", tmp_path / "out.jsonl")
+    c = CollectorProcess(tmp_path / "store", tmp_path / "out.jsonl", port=free_port())
     c.grpc = free_port()
     c.extra = ["--grpc", f"127.0.0.1:{c.grpc}", "--log-level", "ERROR", "--max-connections", "64"]
     c.start()
@@ -61,7 +61,7 @@ def soak_engine(start_engine: Callable[..., LocalEngine]) -> LocalEngine:
 
 
 def start_agents(
-    engine: LocalEngine, collector: FixedPortCollector, index: int, directory: Path
+    engine: LocalEngine, collector: CollectorProcess, index: int, directory: Path
 ) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGL_", "STRANDS_TITO_"))}
     protocol, port = ("grpc", collector.grpc) if index % 2 else ("http/protobuf", collector.port)
@@ -89,7 +89,7 @@ def start_agents(
     )
 
 
-def hostile(collector: FixedPortCollector, stop: threading.Event, written: Any) -> None:
+def hostile(collector: CollectorProcess, stop: threading.Event, written: Any) -> None:
     """Garbage, late spans of a written trajectory, unusable rollout ids, idle sockets; over HTTP and gRPC."""
     rng = random.Random(13)
     late = make_request(turn_spans(written)).SerializeToString()
@@ -119,7 +119,7 @@ def hostile(collector: FixedPortCollector, stop: threading.Event, written: Any) 
 
 @pytest.mark.slow
 def test_soak_with_faults_every_normal_episode_exact_and_single(  # noqa: PLR0915  the soak's scenario, phase by phase
-    soak_engine: LocalEngine, collector: FixedPortCollector, tmp_path: Path
+    soak_engine: LocalEngine, collector: CollectorProcess, tmp_path: Path
 ) -> None:
     written = random_trajectory(random.Random(3))
     r = httpx.post(f"http://127.0.0.1:{collector.port}/v1/traces", content=make_request(all_spans(written))

@@ -21,7 +21,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -52,7 +51,7 @@ from strands_tito.trajectory import Trajectory
 
 from ..helpers.agents import calculator, generate_records, hermes_call, make_agent, make_model
 from ..helpers.agl_trainer import train_batch
-from ..helpers.collector import PB, free_port
+from ..helpers.collector import PB, CollectorProcess, free_port
 from ..helpers.otlp import all_spans, make_request, random_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -305,69 +304,19 @@ def proxies(agl: AglServer) -> Iterator[Callable[[], Proxy]]:
 # -- the collector ----------------------------------------------------------------------------------------------------
 
 
-class CollectorProcess:
-    """``strands-tito collect --agl-url URL --agl-key KEY`` in a subprocess."""
+class AglCollector(CollectorProcess):
+    """``strands-tito collect --agl-url URL --agl-key KEY`` in a subprocess, its files in ``directory``."""
 
     def __init__(self, directory: Path, agl_url: str, key: str = KEY, *extra: str) -> None:
-        self.directory = directory
-        self.args = ["--agl-url", agl_url, "--agl-key", key, *extra]
-        self.out = directory / "trajectories.jsonl"
-        self.stderr = directory / "collector.log"
-        self.proc: subprocess.Popen[str] | None = None
-        self.port = 0
-
-    def start(self) -> CollectorProcess:
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "strands_tito.cli",
-                "collect",
-                "--http",
-                "127.0.0.1:0",
-                "--grpc",
-                "off",
-                "--store",
-                str(self.directory / "store"),
-                "--jsonl",
-                str(self.out),
-                "--progress-interval",
-                "0",
-                "--log-level",
-                "WARNING",
-                *self.args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=self.stderr.open("a"),
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            match = re.search(r"listening on http://[\d.]+:(\d+)", line)
-            if match:
-                self.port = int(match.group(1))
-                return self
-        raise RuntimeError(f"collector did not start: {self.stderr.read_text()[-3000:]}")
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        args = ("--agl-url", agl_url, "--agl-key", key, *extra)
+        out, log = directory / "trajectories.jsonl", directory / "collector.log"
+        super().__init__(directory / "store", out, *args, stderr=log)
 
     def records(self) -> dict[str, dict[str, Any]]:
         """Trajectories written to JSONL, by Agent Lightning rollout id."""
         lines = self.out.read_text().splitlines() if self.out.exists() else []
         records = [json.loads(line) for line in lines]
         return {r["resource"][capture.AGL_ROLLOUT_ID]: r for r in records if capture.AGL_ROLLOUT_ID in r["resource"]}
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(30)
 
 
 @pytest.fixture(scope="module")
@@ -381,8 +330,8 @@ def slow_proxy(agl: AglServer) -> Iterator[Proxy]:
 
 
 @pytest.fixture(scope="module")
-def collector(tmp_path_factory: pytest.TempPathFactory, slow_proxy: Proxy) -> Iterator[CollectorProcess]:
-    process = CollectorProcess(tmp_path_factory.mktemp("collector"), slow_proxy.url).start()
+def collector(tmp_path_factory: pytest.TempPathFactory, slow_proxy: Proxy) -> Iterator[AglCollector]:
+    process = AglCollector(tmp_path_factory.mktemp("collector"), slow_proxy.url).start()
     yield process
     process.stop()
 
@@ -525,7 +474,7 @@ async def test_r3_routing_reaches_the_trainer_as_the_engine_routed(
 # -- real agents, started as Agent Lightning's controller starts them -------------------------------------------------
 
 
-def agent_env(agl: AglServer, rollout_id: str, collector: CollectorProcess, **extra: str) -> dict[str, str]:
+def agent_env(agl: AglServer, rollout_id: str, collector: AglCollector, **extra: str) -> dict[str, str]:
     """The controller's variables for one rollout, capture switched on, and nothing else of this test's."""
     clean = {
         k: v
@@ -588,7 +537,7 @@ def run_agents(
 
 @pytest.mark.slow
 def test_sglang_agents_exit_only_after_their_exact_rollouts_are_on_the_server(
-    agl: AglServer, collector: CollectorProcess, slow_proxy: Proxy, start_engine: Callable[..., LocalEngine]
+    agl: AglServer, collector: AglCollector, slow_proxy: Proxy, start_engine: Callable[..., LocalEngine]
 ) -> None:
     """Four rollouts at once, each an unchanged Strands agent (SGLangModel) with a tool, started with the controller's
     variables. Every answer from the server is 0.3 s late, and each agent's events are all there the moment its exit
@@ -656,7 +605,7 @@ def test_sglang_agents_exit_only_after_their_exact_rollouts_are_on_the_server(
 @pytest.mark.slow
 @pytest.mark.parametrize("thinking", [False, True], ids=["prefix-kept", "reasoning-dropped"])
 def test_stock_openai_agent_calls_are_exact_even_where_the_merge_splits(
-    agl: AglServer, collector: CollectorProcess, start_engine: Callable[..., LocalEngine], thinking: bool
+    agl: AglServer, collector: AglCollector, start_engine: Callable[..., LocalEngine], thinking: bool
 ) -> None:
     """An unchanged OpenAIModel agent: each call's triplet is exactly what the server tokenized and generated; the
     trainer's merge splits exactly where the collector measured that a prompt does not extend the previous call.
@@ -701,7 +650,7 @@ def test_stock_openai_agent_calls_are_exact_even_where_the_merge_splits(
 
 @pytest.mark.slow
 def test_the_controller_runs_the_example_and_the_trainer_gets_its_data(
-    agl: AglServer, collector: CollectorProcess, start_engine: Callable[..., LocalEngine], tmp_path: Path
+    agl: AglServer, collector: AglCollector, start_engine: Callable[..., LocalEngine], tmp_path: Path
 ) -> None:
     """The README recipe: Agent Lightning's controller (local runner) starts examples/agl_agent.py for a rollout with
     nothing but environment variables; the moment the rollout is succeeded, the trainer reads exact data."""
@@ -927,7 +876,7 @@ def test_kill_9_mid_delivery_neither_drops_nor_reposts(
     rollout_id = f"kill-{reached_server}"
     agl.create(rollout_id)
     trajectory = random_trajectory(random.Random(23), turns=5)
-    process = CollectorProcess(tmp_path, proxy.url).start()
+    process = AglCollector(tmp_path, proxy.url).start()
     try:
         body, url = otlp_rollout(trajectory, rollout_id, 1.0), f"{process.endpoint}/v1/traces"
 
@@ -958,7 +907,7 @@ def test_kill_9_mid_delivery_neither_drops_nor_reposts(
 
 
 def test_wrong_key_stops_the_collector_at_start_with_a_clear_error(agl: AglServer, tmp_path: Path) -> None:
-    process = CollectorProcess(tmp_path, agl.url, "not-the-key")
+    process = AglCollector(tmp_path, agl.url, "not-the-key")
     with pytest.raises(RuntimeError, match="did not start"):
         process.start()
     assert process.proc is not None and process.proc.wait(30) == 2

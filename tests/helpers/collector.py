@@ -110,28 +110,40 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class FixedPortCollector:
-    """``strands-tito collect`` on a fixed port (a restart must come back where the agents send)."""
+class CollectorProcess:
+    """``strands-tito collect`` as a real process: HTTP on 127.0.0.1, gRPC off, JSONL out, ``extra`` options after
+    those (later ones win). ``port=0`` takes the port the system gives at each start (``.port`` says which); a fixed
+    port (``free_port()``) is where a restarted collector comes back, so agents keep sending to it. ``stderr``, when
+    given, collects the log."""
 
-    def __init__(self, store: Path, out: Path) -> None:
-        self.store, self.out, self.port = store, out, free_port()
+    def __init__(self, store: Path, out: Path, *extra: str, port: int = 0, stderr: Path | None = None) -> None:
+        self.store, self.out, self.stderr = store, out, stderr
+        self.bind_port = self.port = port
+        self.extra = list(extra)
         self.proc: subprocess.Popen[str] | None = None
-        self.extra: list[str] = []  # more options (later ones win)
 
-    def start(self) -> None:
-        command = [sys.executable, "-m", "strands_tito.cli", "collect", "--http", f"127.0.0.1:{self.port}"]
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> CollectorProcess:
+        command = [sys.executable, "-m", "strands_tito.cli", "collect", "--http", f"127.0.0.1:{self.bind_port}"]
         command += ["--grpc", "off", "--store", str(self.store), "--jsonl", str(self.out)]
         command += ["--progress-interval", "0", "--log-level", "WARNING", *self.extra]
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+        log = self.stderr.open("a") if self.stderr is not None else None
+        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
-            if re.search(r"listening on http://", line):
-                return
+            match = re.search(r"listening on http://[\d.]+:(\d+)", line)
+            if match:
+                self.port = int(match.group(1))
+                return self
             if not line and self.proc.poll() is not None:
                 break
-        raise RuntimeError("collector did not start")
+        logged = self.stderr.read_text()[-3000:] if self.stderr is not None else ""
+        raise RuntimeError(f"collector did not start: {logged}")
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None
@@ -139,9 +151,12 @@ class FixedPortCollector:
         if sig == signal.SIGKILL:
             self.proc.wait()
 
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
+            self.proc.send_signal(signal.SIGCONT)  # a paused collector must see the SIGTERM
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(60)
 
