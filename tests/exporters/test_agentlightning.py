@@ -763,21 +763,11 @@ async def test_each_sample_of_a_rewritten_episode_is_one_training_row(
 ) -> None:
     """A sliding window rewrote the agent's history, so its episode is several samples (``docs/samples.md``). Sent as
     one rollout, the trainer's trajectory-level merge gives exactly one row per sample, each the sample itself."""
-    from strands import Agent
-    from strands.agent.conversation_manager import SlidingWindowConversationManager
-
-    from ..helpers.agents import SYSTEM, stepping_engine
+    from ..helpers.agents import sliding_window_agent, stepping_engine
 
     engine = stepping_engine(start_engine, qwen3, 10)
     model = make_model(engine, qwen3)
-    agent = Agent(
-        model=model,
-        tools=[engine.step_tool],  # type: ignore[attr-defined]
-        system_prompt=SYSTEM,
-        callback_handler=None,
-        conversation_manager=SlidingWindowConversationManager(window_size=6, per_turn=3),
-        retry_strategy=None,
-    )
+    agent = sliding_window_agent(model, engine)
     await agent.invoke_async("Do the task step by step.")
     samples = model.samples
     assert len(samples) > 2

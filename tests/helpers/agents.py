@@ -10,7 +10,7 @@ import operator
 from typing import Any
 
 from strands import Agent, tool
-from strands.agent.conversation_manager import NullConversationManager
+from strands.agent.conversation_manager import NullConversationManager, SlidingWindowConversationManager
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import (
@@ -159,3 +159,16 @@ def stepping_engine(start_engine: Any, qwen3: PreTrainedTokenizerBase, steps: in
 
     engine.step_tool = step  # type: ignore[attr-defined]
     return engine
+
+
+def sliding_window_agent(model: Any, engine: LocalEngine, system_prompt: str | None = SYSTEM) -> Agent:
+    """An agent on ``stepping_engine``'s ``step`` tool whose window (6 messages, 3 removed at a time) moves every third
+    call: Strands rewrites the history the model saw, so each move starts a new sample."""
+    return Agent(
+        model=model,
+        tools=[engine.step_tool],  # type: ignore[attr-defined]
+        system_prompt=system_prompt,
+        callback_handler=None,
+        conversation_manager=SlidingWindowConversationManager(window_size=6, per_turn=3),
+        retry_strategy=None,
+    )

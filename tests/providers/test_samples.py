@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from strands import Agent, tool
 from strands.agent.conversation_manager import (
-    SlidingWindowConversationManager,
     SummarizingConversationManager,
 )
 from strands.types.exceptions import EventLoopException
@@ -28,7 +27,14 @@ from strands_tito.testing.engine import EngineRecord, LocalEngine, Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer
 from strands_tito.trajectory import Trajectory
 
-from ..helpers.agents import SYSTEM, assert_matches_engine, generate_records, make_model, stepping_engine
+from ..helpers.agents import (
+    SYSTEM,
+    assert_matches_engine,
+    generate_records,
+    make_model,
+    sliding_window_agent,
+    stepping_engine,
+)
 
 
 class Seen:
@@ -76,14 +82,7 @@ async def test_sliding_window_starts_exact_samples(start_engine, qwen3) -> None:
     engine = stepping_engine(start_engine, qwen3, 12)
     model = make_model(engine, qwen3)
     seen = Seen(model)
-    agent = Agent(
-        model=model,
-        tools=[engine.step_tool],  # type: ignore[attr-defined]
-        system_prompt=SYSTEM,
-        callback_handler=None,
-        conversation_manager=SlidingWindowConversationManager(window_size=6, per_turn=3),
-        retry_strategy=None,
-    )
+    agent = sliding_window_agent(model, engine)
     result = await agent.invoke_async("Do the task step by step.")
     assert str(result).strip() == "Done."
 
@@ -128,13 +127,7 @@ async def test_summarizing_starts_exact_samples(start_engine, qwen3) -> None:  #
 async def test_raise_policy_keeps_the_old_behaviour(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
     engine = stepping_engine(start_engine, qwen3, 12)
     model = make_model(engine, qwen3, on_rewrite="raise")
-    agent = Agent(
-        model=model,
-        tools=[engine.step_tool],  # type: ignore[attr-defined]
-        callback_handler=None,
-        conversation_manager=SlidingWindowConversationManager(window_size=6, per_turn=3),
-        retry_strategy=None,
-    )
+    agent = sliding_window_agent(model, engine, system_prompt=None)
     with pytest.raises(EventLoopException) as raised:  # Strands wraps what a model raises inside a tool loop
         await agent.invoke_async("Do the task step by step.")
     assert isinstance(raised.value.__cause__, HistoryRewrittenError)
@@ -250,14 +243,7 @@ async def test_capture_records_one_row_per_sample(start_engine, qwen3, memory) -
 
     engine = stepping_engine(start_engine, qwen3, 12)
     model = make_model(engine, qwen3)
-    agent = Agent(
-        model=model,
-        tools=[engine.step_tool],  # type: ignore[attr-defined]
-        system_prompt=SYSTEM,
-        callback_handler=None,
-        conversation_manager=SlidingWindowConversationManager(window_size=6, per_turn=3),
-        retry_strategy=None,
-    )
+    agent = sliding_window_agent(model, engine)
     await agent.invoke_async("Do the task step by step.")
     samples = model.samples
     assert len(samples) > 2
