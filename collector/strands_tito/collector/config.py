@@ -71,7 +71,7 @@ class CollectorConfig:
     store: Path = field(
         default=Path(".strands-tito/collector/collector.db"),
         metadata=_declared(
-            "--store", "the store file, `collector.db` in the option's directory (SQLite, WAL)",
+            "--store", "the store (SQLite, WAL): `collector.db` in the `--store` directory",
             read=_store_file, show=_store_directory,
         ),
     )  # fmt: skip
