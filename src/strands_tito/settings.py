@@ -11,7 +11,7 @@ Deprecated variables (folded into another setting) still work for one release, w
 replacement (``docs/migration.md``).
 
 Light on purpose: the standard library and two core modules only (the interpreter start-up hook imports it). The
-collector's settings are its own (``strands-tito collect``'s options, :mod:`strands_tito.collector.cli`).
+collector's settings are its own (:class:`strands_tito.collector.CollectorConfig`).
 """
 
 from __future__ import annotations

@@ -24,12 +24,12 @@ from ..helpers.agents import calculator, make_agent, make_model
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE_ROOTS = [ROOT / "src", ROOT / "core", ROOT / "collector", ROOT / "exporters"]
 VARIABLE = re.compile(r"STRANDS_TITO_[A-Z_]+")
-#: Modules allowed to name a variable: each side's settings (the agent side's module; the collector's CLI, which
+#: Modules allowed to name a variable: each side's settings (the agent side's module; the collector's config, which
 #: declares its two environment fallbacks), and the interpreter start-up hook, whose first check (is the variable set
 #: at all?) must run before it imports anything.
 READERS = {
     ROOT / "src" / "strands_tito" / "settings.py",
-    ROOT / "collector" / "strands_tito" / "collector" / "cli.py",
+    ROOT / "collector" / "strands_tito" / "collector" / "config.py",
     ROOT / "src" / "strands_tito_startup.py",
 }
 
@@ -113,25 +113,33 @@ def test_no_other_module_reads_a_strands_tito_variable() -> None:
 
 
 def test_the_collector_reads_its_options_once_and_the_docs_table_is_its_own(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from strands_tito.collector import CollectorConfig
-    from strands_tito.collector.cli import ENVIRONMENT_FALLBACKS, options_table, parse_args
+    from strands_tito.collector.cli import COMMAND_ONLY, options_table, parse_args
+    from strands_tito.collector.config import declared_options
 
     assert options_table() in (ROOT / "docs" / "settings.md").read_text(encoding="utf-8")
-    assert {f.variable for f in ENVIRONMENT_FALLBACKS} == {"STRANDS_TITO_COLLECTOR_TOKEN", "AGL_KEY"}
+    declared = {item.name: option for item, option in declared_options()}
+    assert {o.environment for o in declared.values() if o.environment} == {"STRANDS_TITO_COLLECTOR_TOKEN", "AGL_KEY"}
+    # The options the command offers are those the fields declare (the few it parses itself included) and its own.
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    offered = set(re.findall(r"^ {2}(--[a-z-]+)", capsys.readouterr().out, re.MULTILINE))
+    assert offered == {flag for option in declared.values() for flag in option.flags} | COMMAND_ONLY
     monkeypatch.setenv("STRANDS_TITO_COLLECTOR_TOKEN", "from-the-environment")
     monkeypatch.setenv("AGL_KEY", "agl-secret")
     config = parse_args(["--agl-url", "http://127.0.0.1:9", "--store", str(tmp_path)])
     assert isinstance(config, CollectorConfig)
-    assert (config.token, config.agl_key) == ("from-the-environment", "agl-secret")
-    # One set of defaults: the command's equal the config's, but for where the store goes by default (the command
-    # keeps its directory) and the gRPC host (the config's None means "the HTTP host", what the command spells out).
+    assert (config.token, config.agl_key, config.store) == (
+        "from-the-environment",
+        "agl-secret",
+        tmp_path / "collector.db",
+    )
+    # One set of defaults: the command's are the config's.
     monkeypatch.delenv("STRANDS_TITO_COLLECTOR_TOKEN")
     monkeypatch.delenv("AGL_KEY")
-    from_command, plain = vars(parse_args([])), vars(CollectorConfig())
-    differ = {name for name in plain if from_command[name] != plain[name]}
-    assert differ == {"store", "grpc_host"} and from_command["grpc_host"] == plain["host"]
+    assert parse_args([]) == CollectorConfig()
 
 
 @pytest.mark.parametrize(

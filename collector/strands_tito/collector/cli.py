@@ -11,29 +11,21 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from strands_tito.exporters import ExporterConfigError
 
-from .ingest import MAX_REQUEST_TOKENS
-from .service import BindError, CollectorConfig, serve
+from .config import CollectorConfig, Option, declared_options, shown_default
+from .service import BindError, serve
 from .store import StoreError
 
-
-@dataclass(frozen=True)
-class EnvironmentFallback:
-    """An option the environment may give instead: a secret, so that it need not appear in ``ps``."""
-
-    option: str
-    variable: str
-
-
-#: Every environment variable the collector reads (read once, by :func:`parse_args`, into :class:`CollectorConfig`).
-TOKEN = EnvironmentFallback("--token", "STRANDS_TITO_COLLECTOR_TOKEN")
-AGL_KEY = EnvironmentFallback("--agl-key", "AGL_KEY")
-ENVIRONMENT_FALLBACKS = (TOKEN, AGL_KEY)
-TOKEN_ENV = TOKEN.variable
+#: The fields the command reads from options of its own (an address gives two fields; outputs and secrets come from
+#: several options); every other field's option is built from its declaration in :class:`CollectorConfig`.
+OWN_FIELDS = frozenset({"host", "http_port", "grpc_host", "grpc_port", "outputs", "token", "agl_key"})
+#: The command's options that set no field.
+COMMAND_ONLY = frozenset({"--allow-no-token", "--log-level"})
+_OPTIONS = {item.name: option for item, option in declared_options()}
+TOKEN_ENV = _OPTIONS["token"].environment
 
 
 def _address(value: str, option: str) -> tuple[str, int]:
@@ -50,20 +42,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser(prog: str = "strands-tito collect") -> _Parser:
-    """The collector's options (a declaration list; :func:`parse_args` checks how they combine)."""
+    """The collector's options: its own, then one per declared :class:`CollectorConfig` field (:func:`parse_args`
+    checks how they combine)."""
     p = _Parser(prog=prog, description="Receive OTLP spans, write trajectories.")
-    p.add_argument("--http", default="127.0.0.1:4318", help="OTLP/HTTP address (default 127.0.0.1:4318; port 0 = any)")
-    p.add_argument("--grpc", default="127.0.0.1:4317", help="OTLP/gRPC address (default 127.0.0.1:4317; 'off' = none)")
-    p.add_argument("--store", type=Path, default=Path(".strands-tito/collector"), help="store directory (SQLite, WAL)")
+    defaults = CollectorConfig()
+    http = f"{defaults.host}:{defaults.http_port}"
+    grpc = f"{defaults.grpc_host or defaults.host}:{defaults.grpc_port}"
+    p.add_argument("--http", default=http, help=f"OTLP/HTTP address (default {http}; port 0 = any)")
+    p.add_argument("--grpc", default=grpc, help=f"OTLP/gRPC address (default {grpc}; 'off' = none)")
     p.add_argument("--jsonl", type=Path, help="write trajectories to this JSONL file (default trajectories.jsonl)")
     p.add_argument("--parquet", type=Path, help="also (or instead) write Parquet parts into this directory")
-    p.add_argument("--parquet-part-rows", type=int, default=1000, help="records per Parquet part (default 1000)")
-    p.add_argument(
-        "--parquet-linger",
-        type=float,
-        default=30,
-        help="seconds a finished trajectory may wait (in the store) for others to share its Parquet part (default 30)",
-    )
     p.add_argument(
         "--token-file", type=Path, help=f"file holding the required bearer token (or set ${TOKEN_ENV}; not --token)"
     )
@@ -73,62 +61,45 @@ def _parser(prog: str = "strands-tito collect") -> _Parser:
         action="store_true",
         help="listen on a non-loopback address without a bearer token (anyone who reaches it can send spans)",
     )
-    p.add_argument("--tls-cert", type=Path, help="TLS certificate (PEM) for both ports")
-    p.add_argument("--tls-key", type=Path, help="TLS private key (PEM)")
-    p.add_argument("--idle-timeout", type=float, default=600, help="seconds before an unended trajectory is written")
-    p.add_argument("--max-body-mb", type=float, default=64, help="largest request body, compressed (default 64)")
-    p.add_argument(
-        "--max-decompressed-mb", type=float, default=64, help="largest body after decompression (default 64)"
-    )
-    p.add_argument("--max-store-mb", type=float, default=10240, help="refuse new data (503) above this store size")
-    p.add_argument("--max-inflight", type=int, default=64, help="requests processed at once before answering 503")
-    p.add_argument(
-        "--max-open-trajectories",
-        type=int,
-        default=100_000,
-        help="open trajectories at once; requests starting more get 503 until some finish (default 100000)",
-    )
-    p.add_argument(
-        "--max-request-tokens",
-        type=int,
-        default=MAX_REQUEST_TOKENS,
-        help=f"token ids one request may carry; spans past it are refused (default {MAX_REQUEST_TOKENS})",
-    )
-    p.add_argument(
-        "--max-connections", type=int, default=256, help="HTTP connections at once; more get 503 (default 256)"
-    )
-    p.add_argument("--progress-interval", type=float, default=10, help="seconds between progress lines (0 = off)")
-    p.add_argument("--head-timeout", type=float, default=30, help="seconds for an HTTP request head (default 30)")
-    p.add_argument("--body-timeout", type=float, default=60, help="seconds for an HTTP request body (default 60)")
-    p.add_argument("--shutdown-timeout", type=float, default=8, help="longest graceful stop in seconds (default 8)")
     agl = p.add_argument_group("Agent Lightning", "post each model call of a rollout's trajectories as events")
-    agl.add_argument("--agl-url", help="Agent Lightning server base URL (e.g. http://127.0.0.1:8080): turns it on")
     agl.add_argument("--agl-key-file", type=Path, help="file holding the server's key (or set $AGL_KEY)")
     agl.add_argument("--agl-key", help="the server's key (visible in ps: prefer --agl-key-file or $AGL_KEY)")
-    agl.add_argument(
-        "--agl-ack-timeout",
-        type=float,
-        default=8.0,
-        help="hold an agent's OTLP acknowledgement at most this long until its rollout's events are on the server, "
-        "so the rollout's events are complete when the agent exits (default 8; keep it below the agent's "
-        "OTEL_EXPORTER_OTLP_TIMEOUT, 10 by default; 0 = no holding)",
-    )
-    agl.add_argument("--agl-model", help="model name to report in the events (default: the agent model's model_id)")
-    p.add_argument("--log-level", default="INFO")
+    for item, option in declared_options():
+        if item.name in OWN_FIELDS or not option.flags:
+            continue
+        shown = shown_default(item, option)
+        (agl if item.name.startswith("agl_") else p).add_argument(
+            *option.flags,
+            dest=item.name,
+            metavar=option.flags[0].lstrip("-").replace("-", "_").upper(),
+            type=option.read or (str if item.default is None else type(item.default)),
+            default=item.default,
+            help=f"{option.meaning} (default {shown})" if shown else option.meaning,
+        )
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     return p
 
 
 def options_table() -> str:
-    """Every option of ``strands-tito collect`` with its environment fallback, default and meaning, as the Markdown
-    table in ``docs/settings.md`` (a test keeps the two equal)."""
-    fallbacks = {f.option: f"`{f.variable}`" for f in ENVIRONMENT_FALLBACKS}
-    rows = ["| option | environment | default | meaning |", "|---|---|---|---|"]
+    """Every :class:`CollectorConfig` field with its options, environment fallback, default and meaning, then the
+    command's own options, as the Markdown table in ``docs/settings.md`` (a test keeps the two equal)."""
+    rows = ["| setting | option | environment | default | meaning |", "|---|---|---|---|---|"]
+    for item, option in declared_options():
+        flags = ", ".join(f"`{flag}`" for flag in option.flags) or "(Python only)"
+        environment = f"`{option.environment}`" if option.environment else ""
+        shown = shown_default(item, option)
+        rows.append(
+            f"| `{item.name}` | {flags} | {environment} | {f'`{shown}`' if shown else ''} | {_cell(option.meaning)} |"
+        )
     for action in _parser().options():
-        option = max(action.option_strings, key=len)
-        default = "" if action.default in (None, False) else f"`{action.default}`"
-        meaning = (action.help or "").replace("|", "\\|")
-        rows.append(f"| `{option}` | {fallbacks.get(option, '')} | {default} | {meaning} |")
+        if action.option_strings[0] in COMMAND_ONLY:
+            default = f"`{action.default}`" if action.default not in (None, False) else ""
+            rows.append(f"| (command only) | `{action.option_strings[0]}` | | {default} | {_cell(action.help or '')} |")
     return "\n".join(rows)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def parse_args(argv: list[str], prog: str = "strands-tito collect") -> CollectorConfig:
@@ -136,8 +107,8 @@ def parse_args(argv: list[str], prog: str = "strands-tito collect") -> Collector
     p = _parser(prog)
     a = p.parse_args(argv)
     _check_ranges(p, a, argv)
-    token = _secret(p, a.token, a.token_file, TOKEN)
-    agl_key = _secret(p, a.agl_key, a.agl_key_file, AGL_KEY)
+    token = _secret(p, a.token, a.token_file, "--token", _OPTIONS["token"])
+    agl_key = _secret(p, a.agl_key, a.agl_key_file, "--agl-key", _OPTIONS["agl_key"])
     try:
         host, http_port = _address(a.http, "--http")
         grpc_host, grpc_port = (None, None) if a.grpc == "off" else _address(a.grpc, "--grpc")
@@ -157,33 +128,14 @@ def parse_args(argv: list[str], prog: str = "strands-tito collect") -> Collector
     logging.basicConfig(level=a.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s", stream=sys.stderr)
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))  # not a line per request
     return CollectorConfig(
-        store=a.store / "collector.db",
-        outputs=outputs,
-        parquet_rows_per_part=a.parquet_part_rows,
-        parquet_linger=a.parquet_linger,
+        **{name: getattr(a, name) for name, option in _OPTIONS.items() if name not in OWN_FIELDS and option.flags},
         host=host,
         http_port=http_port,
-        grpc_host=grpc_host,
+        grpc_host=None if grpc_host == host else grpc_host,  # None: the HTTP host, as in CollectorConfig()
         grpc_port=grpc_port,
+        outputs=outputs,
         token=token,
-        tls_cert=a.tls_cert,
-        tls_key=a.tls_key,
-        max_body_bytes=int(a.max_body_mb * 1024 * 1024),
-        max_decompressed_bytes=int(a.max_decompressed_mb * 1024 * 1024),
-        max_store_bytes=int(a.max_store_mb * 1024 * 1024),
-        max_inflight=a.max_inflight,
-        max_connections=a.max_connections,
-        max_open_trajectories=a.max_open_trajectories,
-        max_request_tokens=a.max_request_tokens,
-        idle_timeout=a.idle_timeout,
-        progress_interval=a.progress_interval,
-        head_timeout=a.head_timeout,
-        body_timeout=a.body_timeout,
-        shutdown_timeout=a.shutdown_timeout,
-        agl_url=a.agl_url,
         agl_key=agl_key,
-        agl_ack_timeout=a.agl_ack_timeout,
-        agl_model=a.agl_model,
     )
 
 
@@ -197,17 +149,16 @@ def _check_ranges(p: argparse.ArgumentParser, a: argparse.Namespace, argv: list[
         p.error("--agl-ack-timeout must be >= 0")
     if min(a.max_connections, a.max_open_trajectories, a.max_request_tokens) < 1:
         p.error("--max-connections, --max-open-trajectories and --max-request-tokens must be >= 1")
-    if a.parquet_part_rows < 1 or a.parquet_linger < 0:
+    if a.parquet_rows_per_part < 1 or a.parquet_linger < 0:
         p.error("--parquet-part-rows must be >= 1 and --parquet-linger >= 0")
     if min(a.head_timeout, a.body_timeout, a.shutdown_timeout) <= 0:
         p.error("--head-timeout, --body-timeout and --shutdown-timeout must be > 0")
 
 
 def _secret(
-    p: argparse.ArgumentParser, given: str | None, path: Path | None, fallback: EnvironmentFallback
+    p: argparse.ArgumentParser, given: str | None, path: Path | None, option: str, declared: Option
 ) -> str | None:
-    """A secret from ``OPTION-file``, ``OPTION`` or the environment (one source; never echoed)."""
-    option = fallback.option
+    """A secret from ``OPTION-file``, ``OPTION`` or the declared environment variable (one source; never echoed)."""
     if given is not None and path is not None:
         p.error(f"{option} and {option}-file exclude each other")
     if path is not None:
@@ -221,7 +172,7 @@ def _secret(
     if given is not None:
         logging.getLogger(__name__).warning("%s is visible to other users in ps; prefer %s-file", option, option)
         return given
-    return os.environ.get(fallback.variable) or None
+    return os.environ.get(declared.environment or "") or None
 
 
 def _loopback(host: str) -> bool:

@@ -16,7 +16,6 @@ import contextlib
 import logging
 import ssl
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +29,9 @@ from strands_tito.exporters import (
 )
 
 from .accept import AcceptPath, Limits
+from .config import CollectorConfig
 from .delivery import Delivery
-from .ingest import MAX_REQUEST_TOKENS, Ingestor
+from .ingest import Ingestor
 from .receivers.grpc import GrpcReceiver
 from .receivers.http import HttpReceiver
 from .store import Store
@@ -42,50 +42,6 @@ logger = logging.getLogger(__name__)
 
 class BindError(StrandsTitoError, OSError):
     """A receiver's address cannot be bound (in use, not local, no permission)."""
-
-
-@dataclass
-class CollectorConfig:
-    """Settings of :class:`Collector` (see ``strands-tito collect --help``)."""
-
-    store: Path = Path(".strands-tito/collector.db")
-    outputs: list[str] = field(default_factory=lambda: ["jsonl:trajectories.jsonl"])
-    parquet_rows_per_part: int = 1000
-    """Records per Parquet part (see :class:`~strands_tito.exporters.ParquetExporter`)."""
-    parquet_linger: float = 30.0
-    """Longest a finished trajectory waits for others to share its Parquet part (seconds)."""
-    host: str = "127.0.0.1"
-    http_port: int = 4318
-    grpc_port: int | None = 4317
-    grpc_host: str | None = None  # defaults to ``host``
-    token: str | None = field(default=None, repr=False)
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
-    max_body_bytes: int = 64 * 1024 * 1024
-    max_decompressed_bytes: int = 64 * 1024 * 1024
-    max_inflight: int = 64
-    max_connections: int = 256
-    max_open_trajectories: int = 100_000
-    """Open trajectories held at once; a request that starts another one past it is answered 503 (retried)."""
-    max_request_tokens: int = MAX_REQUEST_TOKENS
-    """Token ids one request may carry; a span past it is refused with the reason, the others are taken."""
-    """HTTP connections served at once; more are answered 503 and closed (one log line per burst)."""
-    max_store_bytes: int = 10 * 1024**3
-    idle_timeout: float = 600.0
-    batch_size: int = 64
-    progress_interval: float = 10.0
-    head_timeout: float = 30.0
-    """Seconds for an HTTP request head to arrive (an idle keep-alive connection is closed after it)."""
-    body_timeout: float = 60.0
-    """Seconds for an HTTP request body to arrive (408 and close after it)."""
-    shutdown_timeout: float = 8.0
-    """Longest graceful stop: calls in progress, then export batches; what is left stays in the store."""
-    agl_url: str | None = None
-    """Agent Lightning server base URL: turns its exporter on (see :mod:`strands_tito.exporters.agentlightning`)."""
-    agl_key: str | None = field(default=None, repr=False)
-    agl_ack_timeout: float = 8.0
-    """Longest hold of an agent's OTLP acknowledgement until its rollout's events are on the server (0: none)."""
-    agl_model: str | None = None
 
 
 class Collector:
