@@ -521,18 +521,6 @@ UPSTREAM_PRIVATE_IN_TESTS = {
 #: Test files about upstream internals themselves: what strands_tito.upstream relies on in Strands, the OpenTelemetry
 #: SDK and transformers, checked where it is and removed to see the failure an upgrade would bring.
 UPSTREAM_TEST_FILES = {"tests/upstream/test_upstream.py"}
-#: strands-tito's own non-public names that tests still reach: debt, not permission. Each is to be replaced by a test
-#: through a public surface; the rule fails when one of them is gone but still listed, so the list only shrinks.
-OWN_PRIVATE_IN_TESTS_TO_REMOVE = {
-    # Holding the capture's locks while garbage collection runs a finalizer (the deadlock these tests rule out).
-    ("tests/capture/test_capture_finalizers.py", "tree._lock"),
-    ("tests/capture/test_capture_finalizers.py", "recorder._lock"),
-    ("tests/capture/test_capture_finalizers.py", "setattr(recorder, '_open')"),
-    ("tests/capture/test_capture_finalizers.py", "setattr(recorder, '_active')"),
-    # The harness's tokenizer cache: its build step and in-process memo.
-    ("tests/testing/test_tokenizers.py", "setattr(tk, '_build_qwen3_in_memory')"),
-    ("tests/testing/test_tokenizers.py", "tk._qwen3_for_path"),
-}
 
 
 def test_tests_use_public_names_only() -> None:
@@ -542,9 +530,7 @@ def test_tests_use_public_names_only() -> None:
         if path.relative_to(ROOT).as_posix() not in UPSTREAM_TEST_FILES
         for reach in private_reaches(path.read_text(encoding="utf-8"))
     }
-    allowed = UPSTREAM_PRIVATE_IN_TESTS | OWN_PRIVATE_IN_TESTS_TO_REMOVE
-    assert not found - allowed, "test through a public name (make a real seam public, with a docstring)"
-    assert not OWN_PRIVATE_IN_TESTS_TO_REMOVE - found, "fixed: remove it from OWN_PRIVATE_IN_TESTS_TO_REMOVE"
+    assert not found - UPSTREAM_PRIVATE_IN_TESTS, "test through a public name (make a real seam public, with docstring)"
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,13 @@ a reward that must know which trajectories are still open)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import ClassVar
 
 import pytest
 from opentelemetry import trace
@@ -22,6 +24,8 @@ from strands_tito.capture.lineage import SpanTree
 from strands_tito.capture.recorder import AgentState
 from strands_tito.trajectory import Trajectory
 
+from ..helpers.capture import make_trajectory
+
 
 def finishes(work: Callable[[], None], timeout: float = 10.0) -> bool:
     """Whether ``work`` returns on a daemon thread within ``timeout`` (a deadlocked thread is left behind)."""
@@ -32,7 +36,47 @@ def finishes(work: Callable[[], None], timeout: float = 10.0) -> bool:
 
 
 class Released:
-    """Stands in for an agent's state, whose finalizer starts a span."""
+    """Stands in for an agent's state: in a reference cycle, so only the garbage collector frees it (and runs its
+    finalizers), wherever it happens to run."""
+
+    def __init__(self) -> None:
+        self.cycle = self
+
+
+class CollectsWhenHashed:
+    """A key whose hash runs the garbage collector. Looked up by a public operation under one of capture's locks, it
+    is the moment garbage collection interrupts that bookkeeping (as any allocation there may); :attr:`inside` tells
+    a finalizer whether it runs there."""
+
+    inside: ClassVar[bool] = False
+
+    def __hash__(self) -> int:
+        CollectsWhenHashed.inside = True
+        try:
+            gc.collect()
+        finally:
+            CollectsWhenHashed.inside = False
+        return super().__hash__()
+
+
+class CollectingSpanId(CollectsWhenHashed, int):
+    """A span id whose lookup collects garbage."""
+
+
+class CollectingTrajectoryId(CollectsWhenHashed, str):
+    """A trajectory id whose lookup collects garbage."""
+
+
+@contextlib.contextmanager
+def collection_only_where_asked() -> Iterator[None]:
+    """No automatic collection meanwhile: the released state is freed where the test collects, not a line earlier."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def test_a_finalizer_starting_a_span_inside_the_span_tree_does_not_deadlock() -> None:
@@ -43,22 +87,32 @@ def test_a_finalizer_starting_a_span_inside_the_span_tree_does_not_deadlock() ->
     ended: list[bool] = []
 
     def work() -> None:
-        state = Released()
-        weakref.finalize(state, lambda: (tracer.start_span("end").end(), ended.append(True)))
-        with tree._lock:  # the moment garbage collection interrupts the tree's own bookkeeping
-            del state
-            gc.collect()
+        state: Released | None = Released()
+        weakref.finalize(state, lambda: (tracer.start_span("end").end(), ended.append(CollectsWhenHashed.inside)))
+        del state
+        tree.place(CollectingSpanId(1), "trajectory")  # collects while the tree holds its lock
 
-    assert finishes(work)
-    assert ended == [True]
+    with collection_only_where_asked():
+        assert finishes(work)
+    assert ended == [True]  # the finalizer ran, inside the tree's bookkeeping, and its span started there
 
 
 def test_an_end_signal_from_a_finalizer_inside_the_recorder_does_not_deadlock() -> None:
-    def work() -> None:
-        with recorder._lock:  # the moment garbage collection interrupts the recorder's own bookkeeping
-            recorder.end_trajectory(Trajectory(), "released")
+    ended: list[bool] = []
 
-    assert finishes(work)
+    def work() -> None:
+        state: Released | None = Released()
+        trajectory = Trajectory()
+        weakref.finalize(
+            state, lambda: (recorder.end_trajectory(trajectory, "released"), ended.append(CollectsWhenHashed.inside))
+        )
+        del state
+        # collects while the recorder holds its lock
+        recorder.lineage_of_trajectory(CollectingTrajectoryId(trajectory.trajectory_id))
+
+    with collection_only_where_asked():
+        assert finishes(work)
+    assert ended == [True]
 
 
 class HeldDuringEnd(SpanProcessor):
@@ -91,20 +145,33 @@ def never_sent_by_the_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(deferred, "RELEASED", idle)
 
 
-def open_trajectories(monkeypatch: pytest.MonkeyPatch, count: int = 1) -> list[Trajectory]:
-    """Trajectories with turns on spans and no end signal yet, each its own agent's (the only ones open here)."""
-    trajectories = [Trajectory() for _ in range(count)]
-    monkeypatch.setattr(recorder, "_open", {t.trajectory_id: t for t in trajectories})
-    monkeypatch.setattr(recorder, "_active", {t.trajectory_id: (t, id(t)) for t in trajectories})
-    return trajectories
+@pytest.fixture
+def open_trajectories(provider: TracerProvider) -> Iterator[Callable[[int], list[Trajectory]]]:
+    """Makes trajectories with a turn recorded on a span and no end signal yet, each its own agent's; ends what is
+    still open after the test."""
+    made: list[Trajectory] = []
+
+    def make(count: int) -> list[Trajectory]:
+        gc.collect()  # earlier tests' released agents end their trajectories: these are the ones open
+        tracer = trace.get_tracer("test")
+        for _ in range(count):
+            trajectory = make_trajectory(turns=1, tokens=4)
+            with tracer.start_as_current_span("chat"):
+                recorder.record_turn(trajectory, trajectory.turns[-1], model_id=None)
+            made.append(trajectory)
+        return made[-count:]
+
+    yield make
+    for trajectory in made:
+        recorder.end_trajectory(trajectory, "test over")
 
 
 def test_an_agent_released_inside_a_processors_lock_does_not_deadlock(
-    plug: Callable[[SpanProcessor], None], monkeypatch: pytest.MonkeyPatch
+    plug: Callable[[SpanProcessor], None], open_trajectories: Callable[[int], list[Trajectory]]
 ) -> None:
     processor = HeldDuringEnd()
     plug(processor)
-    [trajectory] = open_trajectories(monkeypatch)
+    [trajectory] = open_trajectories(1)
     states = [AgentState(trajectory)]
 
     def release() -> None:
@@ -121,12 +188,14 @@ def test_an_agent_released_inside_a_processors_lock_does_not_deadlock(
 
 
 def test_an_end_signal_still_queued_at_exit_is_sent_by_the_shutdown(
-    plug: Callable[[SpanProcessor], None], monkeypatch: pytest.MonkeyPatch
+    plug: Callable[[SpanProcessor], None],
+    monkeypatch: pytest.MonkeyPatch,
+    open_trajectories: Callable[[int], list[Trajectory]],
 ) -> None:
     processor = HeldDuringEnd()
     plug(processor)
     never_sent_by_the_thread(monkeypatch)  # the process exits before capture's thread gets to the queue
-    [trajectory] = open_trajectories(monkeypatch)
+    [trajectory] = open_trajectories(1)
     state: AgentState | None = AgentState(trajectory)
     del state
     gc.collect()
@@ -136,12 +205,14 @@ def test_an_end_signal_still_queued_at_exit_is_sent_by_the_shutdown(
 
 
 def test_a_reward_without_agent_does_not_count_a_released_agent_whose_end_is_queued(
-    plug: Callable[[SpanProcessor], None], monkeypatch: pytest.MonkeyPatch
+    plug: Callable[[SpanProcessor], None],
+    monkeypatch: pytest.MonkeyPatch,
+    open_trajectories: Callable[[int], list[Trajectory]],
 ) -> None:
     processor = HeldDuringEnd()
     plug(processor)
     never_sent_by_the_thread(monkeypatch)
-    released, running = open_trajectories(monkeypatch, 2)
+    released, running = open_trajectories(2)
     state: AgentState | None = AgentState(released)
     del state
     gc.collect()

