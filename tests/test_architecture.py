@@ -97,7 +97,8 @@ PYTHON_FILES = sorted(
     path
     for folder in ("src", "core", "collector", "exporters", "tests", "benchmarks", "examples", "scripts")
     for path in (ROOT / folder).rglob("*.py")
-    if ".venv" not in path.parts and "build" not in path.parts
+    # ignored folders, as ruff skips them: virtual environments (.venv, benchmarks/.venv-peer) and build output
+    if not any(part.startswith(".venv") or part == "build" for part in path.relative_to(ROOT).parts)
 )
 #: Modules of the bottom layer, what core/ ships: plain data, the span codec, the assembler. They import no framework.
 BOTTOM = {name for name, path in MODULES.items() if path.is_relative_to(DISTRIBUTIONS["strands-tito-core"][1])}
