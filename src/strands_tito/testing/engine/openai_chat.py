@@ -203,9 +203,7 @@ class ChatCompletions:
     ) -> AnyResponse:
         outputs = self.core.outputs
         if isinstance(step, Reply):
-            outcome = outputs.apply_stops(outputs.reply_ids(step), request.sampling, max_new)
-            if step.finish is not None:
-                outcome.finish = dict(step.finish)
+            outcome = outputs.reply_outcome(step, request.sampling, max_new)
             return self._respond(request, record, prompt, outcome, conversation)
         self.core.finish_fault(conversation, prompt)
         if step.kind == "http":

@@ -113,6 +113,14 @@ class OutputBuilder:
             ids.append(self.eos_token_ids[0])
         return ids
 
+    def reply_outcome(self, reply: Reply, sampling: SamplingParams, max_new: int) -> Outcome:
+        """What a scripted reply answers: its ids cut by the stop rules (:meth:`apply_stops`), with the reply's own
+        ``finish`` reported instead of the computed one when the script gives it."""
+        outcome = self.apply_stops(self.reply_ids(reply), sampling, max_new)
+        if reply.finish is not None:
+            outcome.finish = dict(reply.finish)
+        return outcome
+
     def apply_stops(self, ids: Sequence[int], sampling: SamplingParams, max_new: int) -> Outcome:
         """Cut ``ids`` as SGLang 0.5.23's ``Req.update_finish_state`` does (``schedule_batch.py:2007-2045``): an id
         outside the vocabulary first (replaced by a stop id, then EOS, and finished as "NaN happened",

@@ -196,9 +196,7 @@ class GenerateEndpoint:
         if step is None:
             raise value_error(NO_SCRIPT_MESSAGE)
         if isinstance(step, Reply):
-            outcome = outputs.apply_stops(outputs.reply_ids(step), call.generate.sampling, call.max_new)
-            if step.finish is not None:
-                outcome.finish = dict(step.finish)
+            outcome = outputs.reply_outcome(step, call.generate.sampling, call.max_new)
             return self._respond(call, outcome, conversation)
         self.core.finish_fault(conversation, call.prompt)
         if step.kind == "http":

@@ -351,9 +351,7 @@ class VLLMEndpoints:
     ) -> AnyResponse:
         outputs = self.core.outputs
         if isinstance(step, Reply):
-            outcome = outputs.apply_stops(outputs.reply_ids(step), call.sampling, max_new)
-            if step.finish is not None:
-                outcome.finish = dict(step.finish)
+            outcome = outputs.reply_outcome(step, call.sampling, max_new)
             return self._respond(call, record, outcome, conversation)
         self.core.finish_fault(conversation, call.prompt)
         if step.kind == "http":
