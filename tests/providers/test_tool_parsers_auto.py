@@ -12,6 +12,7 @@ import pytest
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import SGLangModel
+from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.tool_parsers import (
     TOOL_PARSERS,
     GLMToolParser,
@@ -25,6 +26,7 @@ from strands_tito.providers.tool_parsers import (
 from strands_tito.testing.engine import Reply, Script
 
 from ..helpers.agents import calculator, make_agent, make_model
+from ..helpers.templates import TEMPLATES, manifest, other_originals, reference_template
 from ..helpers.tool_calls import (
     D_CALL,
     DB,
@@ -100,6 +102,18 @@ def test_detects_each_family_from_its_real_template(
     tokenizer = tokenizer_like(real_template(template))
     assert detect_tool_parser(tokenizer) == expected
     assert get_tool_parser("auto", tokenizer=tokenizer).name == expected
+
+
+#: The vendored Hugging Face originals, by family (tests/data/templates/manifest.json): references and others.
+ORIGINALS = sorted(
+    [(name, reference_template(name)) for name, e in manifest()["families"].items() if e["reference"] == "original"]
+    + [(name, (TEMPLATES / file).read_text(encoding="utf-8")) for name in FAMILIES for file in other_originals(name)]
+)
+
+
+@pytest.mark.parametrize(("name", "template"), ORIGINALS, ids=[f"{n}-{k}" for k, (n, _) in enumerate(ORIGINALS)])
+def test_detects_each_family_from_its_hugging_face_originals(name: str, template: str) -> None:
+    assert detect_tool_parser(tokenizer_like(template)) == FAMILIES[name].parser
 
 
 def test_templates_without_tool_calls_are_not_guessed(real_template: Callable[[str], str]) -> None:
