@@ -26,7 +26,7 @@ from jinja2.exceptions import SecurityError
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import get_tool_parser
-from strands_tito.providers.families import FAMILIES, Family, generation_prompt_ending
+from strands_tito.providers.families import FAMILIES, Family, generation_prompt_ending, template_defaults
 from strands_tito.providers.prompt import PromptEncoder, format_tool_specs, tools_system_text
 from strands_tito.providers.rendering import render_chat_template, render_mutable
 from strands_tito.providers.tool_parsers import TOOL_PARSERS
@@ -62,9 +62,10 @@ class Renderer:
     def __init__(self, spec: Family, tokenizer: PreTrainedTokenizerBase, thinking: bool | None) -> None:
         self.spec = spec
         self.tokenizer = tokenizer
-        # QwQ's template is rendered with enable_thinking=True by default (families.template_defaults).
+        # llama.cpp's copy of QwQ's template is rendered with enable_thinking=True by default (recognized by its
+        # text: families.template_defaults); the original has no switch.
         self.kwargs = (
-            dict(spec.template_kwargs)
+            template_defaults(tokenizer.chat_template)
             if thinking is None or spec.always_thinks
             else {thinking_switch(spec.name): thinking}
         )
@@ -354,12 +355,17 @@ def test_kimi_k2_templates_render_in_a_mutable_sandbox_only() -> None:
 
 
 def test_qwq_generation_prompt_opens_the_think_block() -> None:
-    """QwQ always reasons: its template is rendered with enable_thinking=True unless told otherwise, so the model
-    writes its reasoning after "<think>\n" (the llama.cpp copy would otherwise close the block for it)."""
+    """QwQ always reasons: its original opens "<think>\n" with no switch; llama.cpp's copy is rendered with
+    enable_thinking=True unless told otherwise (it would otherwise close the block for the model)."""
+    messages: list[Any] = [{"role": "user", "content": [{"text": USER_1}]}]
+    original = reference_tokenizer("qwq")
+    assert PromptEncoder(original).template_kwargs == {}
+    text = str(original.decode(PromptEncoder(original).first_prompt(messages, None, None)))
+    assert text.endswith("<|im_start|>assistant\n<think>\n")
     tokenizer = family_tokenizer("qwq")
     encoder = PromptEncoder(tokenizer)
     assert encoder.template_kwargs == {"enable_thinking": True}
-    text = str(tokenizer.decode(encoder.first_prompt([{"role": "user", "content": [{"text": USER_1}]}], None, None)))
+    text = str(tokenizer.decode(encoder.first_prompt(messages, None, None)))
     assert text.endswith("<|im_start|>assistant\n<think>\n")
     assert PromptEncoder(tokenizer, enable_thinking=False).template_kwargs == {"enable_thinking": False}
     assert PromptEncoder(family_tokenizer("qwen3")).template_kwargs == {}

@@ -49,6 +49,7 @@ class Family:
     scalars_only: bool = False
     json_text: bool = False
     eos_token: str | None = None  # the family's, where its template writes the tokenizer's (Mistral)
+    original: str | None = None  # the family whose vendored Hugging Face original is rendered (tests/data/templates)
 
 
 HERMES = ("<tool_call>", "</tool_call>", "<|im_end|>", "<|endoftext|>", *THINK)
@@ -166,7 +167,11 @@ FAMILIES = [
         eos_token="</s>",
     ),
     Family("ByteDance-Seed-OSS", "seed_oss", "<seed:bos>assistant", SEED, xml=True, scalars_only=True),
-    Family("deepseek-v3.1-original", "deepseek_v31", "<｜Assistant｜>", DEEPSEEK, json_text=True),
+    # The Hugging Face originals that differ from llama.cpp's copy (tests/data/templates/manifest.json).
+    Family(
+        "deepseek-v3.1-original", "deepseek_v31", "<｜Assistant｜>", DEEPSEEK, json_text=True, original="deepseek-v3.1"
+    ),
+    Family("qwq-original", "hermes", "<|im_start|>assistant\n", HERMES, original="qwq"),
 ]
 
 
@@ -314,7 +319,7 @@ def specs_for(calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
 def test_real_template_round_trip(
     family: Family, qwen3: PreTrainedTokenizerBase, real_template: Callable[[str], str]
 ) -> None:
-    template = reference_template("deepseek-v3.1") if family.json_text else real_template(family.template)
+    template = reference_template(family.original) if family.original else real_template(family.template)
     parser = get_tool_parser(family.parser)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])

@@ -112,8 +112,8 @@ FAMILIES: Final[dict[str, Family]] = {
         ),
         Family(
             "qwq", "Qwen-QwQ-32B", "hermes", _QWEN_STOPS, always_thinks=True, vocabulary="qwen3",
-            # The llama.cpp copy closes the generation prompt's think block ("<think>\n</think>") unless
-            # enable_thinking is passed; QwQ always reasons, so it is served with enable_thinking=True.
+            # The original (Qwen/QwQ-32B) always opens the think block; llama.cpp's copy closes it
+            # ("<think>\n</think>") unless enable_thinking is passed, so that copy is served with enable_thinking=True.
             template_kwargs={"enable_thinking": True},
             signature="{%- if not enable_thinking -%}{{- '</think>' -}}{%- endif -%}",
             differences=(
