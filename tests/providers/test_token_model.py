@@ -81,6 +81,8 @@ class Backend:
     schema_of: Callable[[dict[str, Any]], Any]  # the JSON schema a structured-output request carries
     malformed: dict[str, str]  # what the error for each malformed reply kind says
     config: dict[str, Any] = field(default_factory=dict)
+    # The error a NaN logprob gives where the server answers it with an error status (None: a refused sample).
+    nan_logprob_error: tuple[type[Exception], str] | None = None
 
     def model(self, engine: LocalEngine, tokenizer: PreTrainedTokenizerBase, **config: Any) -> TokenModel:
         """The backend's model on ``engine`` with a fast-retry client."""
@@ -159,6 +161,8 @@ VLLM_COMPLETIONS = replace(
     prompt_key="prompt",
     schema_of=lambda request: request["structured_outputs"]["json"],
     config={"endpoint": "completions"},
+    # vLLM 0.33 cannot write a NaN logprob as JSON there and answers 400 (docs/providers.md).
+    nan_logprob_error=(SGLangHTTPError, r"^vLLM \(POST /v1/completions\) returned HTTP 400: .*had a NaN logprob"),
 )
 
 
@@ -491,8 +495,10 @@ async def test_malformed_replies_raise_typed_errors(start_engine, qwen3, backend
     """Nothing of a reply that breaks the protocol is recorded; the error says what was wrong and who sent it."""
     errors: dict[str, tuple[type[Exception], str]] = {
         **{k: (backend.response_error, f"^{backend.name}: .*({backend.malformed[k]})") for k in MALFORMED},
-        # SGLang writes a NaN logprob as null, vLLM as its -9999.0 floor: never recorded as a real one.
-        "nan_logprob": (backend.invalid_sample_error, f"^{backend.name}: .*{backend.malformed['nan_logprob']}"),
+        # SGLang writes a NaN logprob as null, vLLM's tokens endpoint as its -9999.0 floor: never recorded as a real
+        # one; vLLM's /v1/completions answers 400.
+        "nan_logprob": backend.nan_logprob_error
+        or (backend.invalid_sample_error, f"^{backend.name}: .*{backend.malformed['nan_logprob']}"),
         "non_json": (SGLangDecodingError, f"^{backend.name} \\(POST {backend.route}\\): .*not JSON"),
         "truncated_body": (SGLangConnectionError, f"^{backend.name} \\(POST .*{backend.route}\\) failed"),
     }

@@ -24,9 +24,10 @@ from strands_tito.providers.tool_parsers import (
     warn_foreign_markup,
 )
 from strands_tito.testing.engine import Reply, Script
+from strands_tito.testing.family_tokenizers import family_tokenizer
 
 from ..helpers.agents import calculator, make_agent, make_model
-from ..helpers.templates import TEMPLATES, manifest, other_originals, reference_template
+from ..helpers.templates import TEMPLATES, other_originals, reference_template
 from ..helpers.tool_calls import (
     D_CALL,
     DB,
@@ -104,16 +105,14 @@ def test_detects_each_family_from_its_real_template(
     assert get_tool_parser("auto", tokenizer=tokenizer).name == expected
 
 
-#: The vendored Hugging Face originals, by family (tests/data/templates/manifest.json): references and others.
-ORIGINALS = sorted(
-    [(name, reference_template(name)) for name, e in manifest()["families"].items() if e["reference"] == "original"]
-    + [(name, (TEMPLATES / file).read_text(encoding="utf-8")) for name in FAMILIES for file in other_originals(name)]
-)
-
-
-@pytest.mark.parametrize(("name", "template"), ORIGINALS, ids=[f"{n}-{k}" for k, (n, _) in enumerate(ORIGINALS)])
-def test_detects_each_family_from_its_hugging_face_originals(name: str, template: str) -> None:
-    assert detect_tool_parser(tokenizer_like(template)) == FAMILIES[name].parser
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_detects_each_family_from_its_reference_template(name: str) -> None:
+    """The family's reference template (its Hugging Face original where one is vendored), and its other vendored
+    originals, pick the family's parser."""
+    tokens = tuple(family_tokenizer(name).all_special_tokens)
+    others = [(TEMPLATES / file).read_text(encoding="utf-8") for file in other_originals(name)]
+    for template in [reference_template(name), *others]:
+        assert detect_tool_parser(tokenizer_like(template, tokens)) == FAMILIES[name].parser
 
 
 def test_templates_without_tool_calls_are_not_guessed(real_template: Callable[[str], str]) -> None:

@@ -16,7 +16,7 @@ Constraints, and why:
 * Seed-OSS writes a non-string value with Jinja's ``string`` filter (Python's spelling), so it gets scalars only
   (strings, integers, floats, booleans): a list, a dict or None is not representable in its format.
 * DeepSeek-V3.1's original takes the arguments as JSON text; the others take a mapping.
-* Where a family's Hugging Face original differs from llama.cpp's copy (DeepSeek-V3.1, Kimi-K2-Instruct,
+* Where a family's Hugging Face original differs from llama.cpp's copy (DeepSeek-V3.1, QwQ, Kimi-K2-Instruct,
   MiniMax-M2), both are rendered.
 """
 
@@ -51,7 +51,7 @@ class Family:
     scalars_only: bool = False
     json_text: bool = False
     eos_token: str | None = None  # the family's, where its template writes the tokenizer's (Mistral)
-    original: str | None = None  # the strands-tito family whose vendored Hugging Face original is rendered
+    original: str | None = None  # the family whose vendored Hugging Face original is rendered (tests/data/templates)
 
 
 HERMES = ("<tool_call>", "</tool_call>", "<|im_end|>", "<|endoftext|>", *THINK)
@@ -169,10 +169,11 @@ FAMILIES = [
         eos_token="</s>",
     ),
     Family("ByteDance-Seed-OSS", "seed_oss", "<seed:bos>assistant", SEED, xml=True, scalars_only=True),
-    # Hugging Face originals that differ from llama.cpp's copies (tests/data/templates/manifest.json).
+    # The Hugging Face originals that differ from llama.cpp's copy (tests/data/templates/manifest.json).
     Family(
         "deepseek-v3.1-original", "deepseek_v31", "<｜Assistant｜>", DEEPSEEK, json_text=True, original="deepseek-v3.1"
     ),
+    Family("qwq-original", "hermes", "<|im_start|>assistant\n", HERMES, original="qwq"),
     # Kimi-K2-Instruct-0905's original writes each call's own id (llama.cpp's copy numbers them), here ids not
     # counted from 0, as a conversation's later calls are.
     Family(

@@ -27,6 +27,7 @@ from strands_tito import (
 )
 from strands_tito.assembly import TrajectoryAssembler
 from strands_tito.checks import WeightVersionSpan
+from strands_tito.errors import ServerHTTPError
 from strands_tito.testing.engine import Fault, LocalEngine, Reply, Script, Speculative
 
 from ..helpers.agents import make_agent, make_model
@@ -95,12 +96,13 @@ async def test_a_nan_logprob_arrives_as_null_and_is_never_recorded(
     http: Any, start_engine: Any, qwen3: PreTrainedTokenizerBase
 ) -> None:
     """``/generate`` answers through orjson (``srt/entrypoints/http_server.py:987``,
-    ``srt/utils/json_response.py:12-17``), which writes NaN as ``null``. The provider refuses the turn with a typed
-    error; the trajectory never holds a missing logprob at a generated token."""
-    _, client = http(Script([Fault.malformed("nan_logprob", text="abc")]))
-    response = generate(client, return_logprob=True)
-    assert b"NaN" not in response.content
-    assert response.json()["meta_info"]["output_token_logprobs"][0][0] is None
+    ``srt/utils/json_response.py:12-17``), which writes NaN and infinities as ``null``. The provider refuses the turn
+    with a typed error; the trajectory never holds a missing logprob at a generated token."""
+    _, client = http(Script([Fault.malformed(kind, text="abc") for kind in ("nan_logprob", "inf_logprob")]))
+    for _ in range(2):
+        response = generate(client, return_logprob=True)
+        assert b"NaN" not in response.content and b"Infinity" not in response.content
+        assert response.json()["meta_info"]["output_token_logprobs"][0][0] is None
 
     engine = start_engine(Script(turns=[Reply(text="ok"), Fault.malformed("nan_logprob")]))
     model = make_model(engine, qwen3, client_kwargs={"max_retries": 0})
@@ -352,16 +354,18 @@ async def test_vllm_repetition_finish_is_an_answer(
     assert str(result).strip() == "la la la"
 
 
-@pytest.mark.parametrize("endpoint", ["generate", "completions"])
+@pytest.mark.parametrize(
+    ("endpoint", "kind"), [("generate", "nan_logprob"), ("generate", "inf_logprob"), ("completions", "inf_logprob")]
+)
 async def test_vllm_logprob_floor_is_refused_not_recorded(
-    start_engine: Any, qwen3: PreTrainedTokenizerBase, endpoint: str
+    start_engine: Any, qwen3: PreTrainedTokenizerBase, endpoint: str, kind: str
 ) -> None:
     """vLLM writes ``-9999.0`` where a generated token's logprob is missing or not finite: the tokens endpoint's
     ``_clamp_logprob`` and its sentinel for a token without a logprob entry (``entrypoints/scale_out/
     token_in_token_out/serving.py:85-91, 895-901``), ``/v1/completions``' ``max(logprob, -9999.0)``
     (``entrypoints/openai/completion/serving.py:765``, ``-inf`` only). The provider refuses the turn; nothing is
     recorded."""
-    engine = start_engine(Script(turns=[Reply(text="ok"), Fault.malformed("nan_logprob")]))
+    engine = start_engine(Script(turns=[Reply(text="ok"), Fault.malformed(kind)]))  # type: ignore[arg-type]
     model = _vllm(engine, qwen3, endpoint)
     agent = make_agent(model)
     await agent.invoke_async("Hi")  # type: ignore[arg-type]
@@ -369,6 +373,35 @@ async def test_vllm_logprob_floor_is_refused_not_recorded(
     with pytest.raises(VLLMInvalidSampleError, match=r"logprob -9999.0 is vLLM's value"):
         await agent.invoke_async("Again")  # type: ignore[arg-type]
     assert model.trajectory.to_dict() == before
+
+
+async def test_vllm_completions_answers_a_nan_logprob_with_a_400(
+    http: Any, start_engine: Any, qwen3: PreTrainedTokenizerBase
+) -> None:
+    """On ``/v1/completions`` vLLM floors only ``-inf`` (``max(nan, -9999.0)`` stays NaN,
+    ``entrypoints/openai/completion/serving.py:765, 783``); Starlette's ``JSONResponse`` then refuses to render the
+    NaN with a ``ValueError``, which vLLM's fallback handler answers as a 400 ``BadRequestError`` carrying the message
+    (``entrypoints/serve/exception_handling/register.py:36``, ``error_response.py:80-83``). The user sees that 400
+    named as a NaN logprob (in the retry log, or raised once retries are spent, as here), and the trajectory keeps
+    every earlier turn and nothing of this one."""
+    request = {"prompt": PROMPT, "max_tokens": 8, "logprobs": 0, "return_token_ids": True}
+    _, client = http(Script([Fault.malformed("nan_logprob", text="abc")]))
+    response = client.post("/v1/completions", json=request)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["param"], error["code"]) == ("BadRequestError", None, 400)
+    assert error["message"].startswith("Out of range float values are not JSON compliant")
+
+    engine = start_engine(Script(turns=[Reply(text="ok"), Fault.malformed("nan_logprob")]))
+    model = _vllm(engine, qwen3, "completions")
+    agent = make_agent(model)  # type: ignore[arg-type]
+    await agent.invoke_async("Hi")  # type: ignore[arg-type]
+    before = model.trajectory.to_dict()
+    with pytest.raises(ServerHTTPError, match=r"HTTP 400: .*the sampled tokens had a NaN logprob") as raised:
+        await agent.invoke_async("Again")  # type: ignore[arg-type]
+    assert raised.value.status == 400
+    assert model.trajectory.to_dict() == before
+    assert [r.status for r in engine.records if r.path == "/v1/completions"] == [200, 400]
 
 
 @pytest.mark.parametrize("endpoint", ["generate", "completions"])

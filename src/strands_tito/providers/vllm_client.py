@@ -37,6 +37,12 @@ Endpoint = Literal["auto", "generate", "completions"]
 ENDPOINTS: tuple[str, ...] = ("auto", "generate", "completions")
 
 
+#: The start of Python's ``json`` error for a NaN, which vLLM 0.33 answers as a 400 on ``/v1/completions`` when a
+#: sampled token's logprob is NaN (``completion/serving.py:765`` keeps it; ``error_response.py:80-83`` turns the
+#: rendering's ``ValueError`` into a 400).
+_NAN_NOT_JSON = "Out of range float values are not JSON compliant"
+
+
 class VLLMEndpointError(ServerHTTPError):
     """The server refuses or lacks the endpoint the configuration needs; the message names the vLLM flag to add."""
 
@@ -71,6 +77,12 @@ class VLLMClient(TokenClient):
                 status=status,
                 body=body,
             )
+        if status == 400 and path == COMPLETIONS_PATH and _NAN_NOT_JSON in body:
+            message = (
+                f"{error} (the sampled tokens had a NaN logprob, which vLLM cannot write as JSON on /v1/completions; "
+                "the turn was not recorded)"
+            )
+            return type(error)(message, status=status, body=body)
         if status == 404 and '"model"' in body and "does not exist" in body:
             message = f"{error} (set model_id= to a name the server serves: vllm serve --served-model-name)"
             return type(error)(message, status=status, body=body)

@@ -315,8 +315,8 @@ class OutputBuilder:
             del body["output_ids"]
         elif kind == "logprobs_wrong_length":
             meta["output_token_logprobs"] = entries[:-1] if entries else [[-0.5, 0, None]]
-        elif kind == "nan_logprob":
-            # orjson writes a NaN logprob as null (http_server.py:987, utils/json_response.py:12-17).
+        elif kind in ("nan_logprob", "inf_logprob"):
+            # orjson writes a NaN or infinite logprob as null (http_server.py:987, utils/json_response.py:12-17).
             eos = self.eos_token_ids[0] if self.eos_token_ids else 0
             entries = [list(entry) for entry in entries] or [[0.0, eos, None]]
             entries[0][0] = None

@@ -43,6 +43,7 @@ MalformedKind = Literal[
     "missing_output_ids",
     "logprobs_wrong_length",
     "nan_logprob",
+    "inf_logprob",
     "non_json",
     "truncated_body",
     "missing_meta_info",
@@ -227,7 +228,9 @@ class Fault:
         """Answer 200 with a broken body built around a normal reply (``text``/``ids``; default ``"OK."``).
 
         Kinds: ``missing_output_ids``, ``logprobs_wrong_length`` (one output logprob short), ``nan_logprob`` (a
-        ``null`` output logprob, how SGLang's orjson writes a NaN one; vLLM endpoints send its ``-9999.0``),
+        NaN output logprob: ``null`` on SGLang, as its orjson writes it; ``-9999.0`` on vLLM's tokens endpoint; a
+        400 on vLLM's ``/v1/completions``, which cannot write the reply as JSON), ``inf_logprob`` (a ``-inf`` one:
+        ``null`` on SGLang, ``-9999.0`` on both vLLM endpoints),
         ``non_json``, ``truncated_body`` (full Content-Length, half the body, then the connection is closed),
         ``missing_meta_info``, ``wrong_types`` (``output_ids`` and ``completion_tokens`` as strings).
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -527,15 +528,17 @@ class VLLMEndpoints:
             key = "content" if "content" in logprobs else "token_logprobs"
             if key in logprobs:
                 logprobs[key] = logprobs[key][:-1]
-        elif kind == "nan_logprob":
+        elif kind in ("nan_logprob", "inf_logprob"):
             # vLLM 0.33 floors a missing, NaN or infinite logprob at -9999.0 on the tokens endpoint
-            # (token_in_token_out/serving.py:85-91, 895-901), an infinite one on /v1/completions
-            # (completion/serving.py:765, where a NaN becomes a 400 instead: the reply is not JSON-renderable).
+            # (token_in_token_out/serving.py:85-91, 895-901), but only an infinite one on /v1/completions
+            # (completion/serving.py:765, 783: max(nan, -9999.0) stays NaN, and the reply then fails to render).
             logprobs = choice.get("logprobs") or {}
             if logprobs.get("content"):
                 logprobs["content"][0]["logprob"] = VLLM_LOGPROB_FLOOR
             elif logprobs.get("token_logprobs"):
-                logprobs["token_logprobs"][0] = VLLM_LOGPROB_FLOOR
+                value = math.nan if kind == "nan_logprob" else VLLM_LOGPROB_FLOOR
+                logprobs["token_logprobs"][0] = value
+                logprobs["top_logprobs"][0] = dict.fromkeys(logprobs["top_logprobs"][0], value)
         elif kind == "missing_meta_info":
             del body["choices"]
         elif kind == "wrong_types":
@@ -568,7 +571,13 @@ class VLLMEndpoints:
             record.response = NON_JSON_BODY
             core.record(record)
             return Response(200, NON_JSON_BODY.encode(), "application/json")
-        response = json_response(body, 200)
+        try:
+            response = json_response(body, 200)
+        except ValueError as exc:
+            # A NaN logprob on /v1/completions: Starlette's JSONResponse (completion/api_router.py:67) refuses it,
+            # and vLLM's ValueError fallback answers 400 with the message (serve/exception_handling/register.py:36,
+            # error_response.py:80-83).
+            return self._error(record, VLLMError(str(exc), 400))
         if kind == "truncated_body":
             record.response, raw = truncated_json(response)
             core.record(record)
