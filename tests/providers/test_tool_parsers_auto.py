@@ -27,7 +27,7 @@ from strands_tito.testing.engine import Reply, Script
 from strands_tito.testing.family_tokenizers import family_tokenizer
 
 from ..helpers.agents import calculator, make_agent, make_model
-from ..helpers.templates import reference_template
+from ..helpers.templates import TEMPLATES, other_originals, reference_template
 from ..helpers.tool_calls import (
     D_CALL,
     DB,
@@ -107,9 +107,12 @@ def test_detects_each_family_from_its_real_template(
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_detects_each_family_from_its_reference_template(name: str) -> None:
-    """The family's reference template (its Hugging Face original where one is vendored) picks the family's parser."""
-    tokenizer = tokenizer_like(reference_template(name), tuple(family_tokenizer(name).all_special_tokens))
-    assert detect_tool_parser(tokenizer) == FAMILIES[name].parser
+    """The family's reference template (its Hugging Face original where one is vendored), and its other vendored
+    originals, pick the family's parser."""
+    tokens = tuple(family_tokenizer(name).all_special_tokens)
+    others = [(TEMPLATES / file).read_text(encoding="utf-8") for file in other_originals(name)]
+    for template in [reference_template(name), *others]:
+        assert detect_tool_parser(tokenizer_like(template, tokens)) == FAMILIES[name].parser
 
 
 def test_templates_without_tool_calls_are_not_guessed(real_template: Callable[[str], str]) -> None:

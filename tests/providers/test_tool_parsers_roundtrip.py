@@ -16,6 +16,8 @@ Constraints, and why:
 * Seed-OSS writes a non-string value with Jinja's ``string`` filter (Python's spelling), so it gets scalars only
   (strings, integers, floats, booleans): a list, a dict or None is not representable in its format.
 * DeepSeek-V3.1's original takes the arguments as JSON text; the others take a mapping.
+* Where a family's Hugging Face original differs from llama.cpp's copy (DeepSeek-V3.1, QwQ, Kimi-K2-Instruct,
+  MiniMax-M2), both are rendered.
 """
 
 from __future__ import annotations
@@ -172,6 +174,17 @@ FAMILIES = [
         "deepseek-v3.1-original", "deepseek_v31", "<｜Assistant｜>", DEEPSEEK, json_text=True, original="deepseek-v3.1"
     ),
     Family("qwq-original", "hermes", "<|im_start|>assistant\n", HERMES, original="qwq"),
+    # Kimi-K2-Instruct-0905's original writes each call's own id (llama.cpp's copy numbers them), here ids not
+    # counted from 0, as a conversation's later calls are.
+    Family(
+        "moonshotai-Kimi-K2-Instruct-0905-original",
+        "kimi_k2",
+        "<|im_assistant|>assistant<|im_middle|>",
+        KIMI,
+        model_ids=lambda names: [f"functions.{n}:{i + 5}" for i, n in enumerate(names)],
+        original="kimi-k2",
+    ),
+    Family("MiniMaxAI-MiniMax-M2-original", "minimax_m2", "]~b]ai\n", MINIMAX, xml=True, original="minimax-m2"),
 ]
 
 
@@ -289,9 +302,11 @@ def render(
     tools = [
         {"type": "function", "function": {"name": n, "description": "t", "parameters": parameters}} for n, _ in calls
     ]
+    # The ids the model would have written, where the family's parser reads them (its template renders them).
+    ids = family.model_ids([n for n, _ in calls]) if family.model_ids else [call_id(i) for i in range(len(calls))]
     structured = [
         {
-            "id": call_id(i),
+            "id": ids[i],
             "type": "function",
             "function": {"name": n, "arguments": json.dumps(a) if family.json_text else a},
         }
