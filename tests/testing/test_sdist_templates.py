@@ -1,9 +1,10 @@
 """Every chat template in the llama-cpp-python sdist is served or refused when the model is built, never guessed.
 
-Each template runs on a stand-in tokenizer: the Qwen3 vocabulary plus the special tokens the template writes. Either
-``tool_parser="auto"`` or the prompt encoder refuses it with a message saying why, or both build and then a tool
-call the template itself writes is read back as exactly that call (it never ends up as final answer text), and the
-tool result after it is encoded from the template's own rendering.
+A template that is a supported family's runs on that family's tokenizer (its real vocabulary or stand-in, with its
+eos and special tokens) and must be served. Every other template runs on a stand-in tokenizer: the Qwen3 vocabulary
+plus the special tokens the template writes. Either ``tool_parser="auto"`` or the prompt encoder refuses it with a
+message saying why, or both build and then a tool call the template itself writes is read back as exactly that call
+(it never ends up as final answer text), and the tool result after it is encoded from the template's own rendering.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ from typing import Any
 import pytest
 from tokenizers import AddedToken
 
+from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.prompt import PromptEncoder, PromptError
 from strands_tito.providers.tool_parsers import ToolParserDetectionError, get_tool_parser
 from strands_tito.testing.chat_templates import real_templates_dir
+from strands_tito.testing.family_tokenizers import family_tokenizer
 from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 
 TEMPLATES = sorted(p.stem for p in real_templates_dir().glob("*.jinja"))
+#: The sdist templates that are a supported family's template, by file name: served on the family's tokenizer.
+FAMILY_OF = {f.template: f.name for f in FAMILIES.values()}
 SPECIAL = re.compile(
     r"<\|[^|<>\s]{1,40}\|>|<｜[^｜<>]{1,40}｜>|\[/?[A-Z_]{2,30}\]|</?seed:[a-z_]+>|<\|[a-z_\"]{1,20}>|<[a-z_\"]{1,20}\|>"
     r"|\]~b\]|\]~!b\[|\[e~\[|</?s>|<bos>"
@@ -65,11 +70,15 @@ def written_turn(encoder: PromptEncoder, messages: list[dict[str, Any]], tools: 
 
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_every_sdist_template_is_served_or_refused(name: str) -> None:
-    tokenizer = stand_in((real_templates_dir() / f"{name}.jinja").read_text(encoding="utf-8"))
+    if name in FAMILY_OF:
+        tokenizer = family_tokenizer(FAMILY_OF[name])
+    else:
+        tokenizer = stand_in((real_templates_dir() / f"{name}.jinja").read_text(encoding="utf-8"))
     try:
         parser = get_tool_parser("auto", tokenizer=tokenizer)
         encoder = PromptEncoder(tokenizer)
     except (ToolParserDetectionError, PromptError) as e:
+        assert name not in FAMILY_OF, f"{FAMILY_OF[name]}'s template is refused: {e}"
         assert str(e).startswith(REFUSALS), str(e)
         return
     tools: Any = [

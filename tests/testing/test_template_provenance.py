@@ -38,6 +38,12 @@ def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def pypi_release(original: dict[str, Any]) -> bool:
+    """A pinned release on PyPI, naming the file in it that holds (``path``) or makes (``generated_by``) the text."""
+    pinned = original["source"].startswith("https://pypi.org/project/") and original["source"].count("/") == 6
+    return pinned and ("path" in original or "generated_by" in original)
+
+
 def vendored_sha256(file: str) -> str:
     """The hash of a vendored original's bytes, as committed (line ends included)."""
     return hashlib.sha256((TEMPLATES / file).read_bytes()).hexdigest()
@@ -53,9 +59,9 @@ def test_every_family_has_a_recorded_reference() -> None:
         if entry["reference"] == "original":
             assert entry["original"].get("kind", "template") == "template", name
         if "original" in entry:
-            # A repository at a commit, or a package on PyPI that generates it (then ``generated_by`` says how).
-            source = entry["original"]["source"]
-            assert source.startswith("https://github.com/") or "generated_by" in entry["original"], name
+            # A repository at a commit, or a release on PyPI that holds or generates it (``path`` or ``generated_by``).
+            original = entry["original"]
+            assert original["source"].startswith("https://github.com/") or pypi_release(original), name
     vendored = {e["original"]["file"] for e in entries.values() if "original" in e}
     vendored |= {e["original"]["file"] for e in manifest()["refused"].values() if "original" in e}
     vendored |= {other["file"] for e in entries.values() for other in e.get("other_originals", [])}
@@ -76,7 +82,7 @@ def test_reference_and_llama_cpp_copy_are_the_recorded_files(name: str) -> None:
         same = entry["original"].get("same_as_llama_cpp_copy", False)
         assert (reference_template(name) == real_chat_template(pinned["file"])) is same, "same_as_llama_cpp_copy"
     for other in entry.get("other_originals", []):
-        assert other["source"].startswith("https://github.com/"), other["file"]
+        assert other["source"].startswith("https://github.com/") or pypi_release(other), other["file"]
         assert vendored_sha256(other["file"]) == other["sha256"], other["file"]
 
 
@@ -111,18 +117,21 @@ def test_deepseek_v31_original_concatenates_arguments_and_the_llama_cpp_copy_enc
     assert PromptEncoder(original).json_arguments and not PromptEncoder(llama_cpp).json_arguments
 
 
-def test_kimi_k2_thinking_original_renders_the_messages_own_call_ids() -> None:
-    """llama.cpp's copy regenerates ids (functions.NAME:COUNTER); the original writes the ids it is given."""
+@pytest.mark.parametrize("name", ["kimi-k2", "kimi-k2-thinking"])
+def test_kimi_k2_original_renders_the_messages_own_call_ids(name: str) -> None:
+    """llama.cpp's copies regenerate ids (functions.NAME:COUNTER); the originals write the ids they are given, and
+    the encoder, built on the original, leaves the numbering to the messages."""
     call = {"id": "functions.calculator:7", "type": "function", "function": {"name": "calculator", "arguments": {}}}
     messages = [
         {"role": "user", "content": "U"},
         {"role": "assistant", "content": "", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "functions.calculator:7", "content": "R"},
     ]
-    text = str(reference_tokenizer("kimi-k2-thinking").apply_chat_template(messages, tokenize=False))
+    text = str(reference_tokenizer(name).apply_chat_template(messages, tokenize=False))
     assert "<|tool_call_begin|>functions.calculator:7<|tool_call_argument_begin|>" in text
     assert "## Return of functions.calculator:7\nR" in text
-    assert not PromptEncoder(reference_tokenizer("kimi-k2-thinking")).numbers_calls
+    assert not PromptEncoder(reference_tokenizer(name)).numbers_calls
+    assert PromptEncoder(family_tokenizer(name)).numbers_calls
 
 
 def test_a_template_refusing_both_argument_forms_fails_at_construction() -> None:

@@ -35,10 +35,10 @@ _LLAMA3_TOKENS: Final = (
     "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>",
 )  # fmt: skip
 _GRANITE_TOKENS: Final = ("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>")
+# Devstral-Small-2507's (tokenizer format v13); [THINK] and [/THINK] are the reasoning models' (Magistral), not its.
 _MISTRAL_TOKENS: Final = (
     "<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[AVAILABLE_TOOLS]",
-    "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[THINK]",
-    "[/THINK]", "[IMG]",
+    "[/AVAILABLE_TOOLS]", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[IMG]",
 )  # fmt: skip
 _SEED_TOKENS: Final = (
     "<seed:bos>", "<seed:eos>", "<seed:pad>", "<seed:tool_call>", "</seed:tool_call>", "<seed:think>",
@@ -75,7 +75,7 @@ class Family:
         signature: A piece of the template's text that identifies it, for :func:`template_defaults` and
             :func:`generation_prompt_ending`.
         vocabulary: The family's real vocabulary (``"qwen3"``, ``"qwen3.5"``, ``"llama3"``, ``"o200k_harmony"``,
-            ``"deepseek-v3"``), or None where none can be had offline: it then runs on a stand-in
+            ``"deepseek-v3"``, ``"tekken"``), or None where none can be had offline: it then runs on a stand-in
             (:func:`strands_tito.testing.family_tokenizers.stand_in_tokenizer`).
     """
 
@@ -112,8 +112,8 @@ FAMILIES: Final[dict[str, Family]] = {
         ),
         Family(
             "qwq", "Qwen-QwQ-32B", "hermes", _QWEN_STOPS, always_thinks=True, vocabulary="qwen3",
-            # The llama.cpp copy closes the generation prompt's think block ("<think>\n</think>") unless
-            # enable_thinking is passed; QwQ always reasons, so it is served with enable_thinking=True.
+            # The original (Qwen/QwQ-32B) always opens the think block; llama.cpp's copy closes it
+            # ("<think>\n</think>") unless enable_thinking is passed, so that copy is served with enable_thinking=True.
             template_kwargs={"enable_thinking": True},
             signature="{%- if not enable_thinking -%}{{- '</think>' -}}{%- endif -%}",
             differences=(
@@ -213,7 +213,7 @@ FAMILIES: Final[dict[str, Family]] = {
         ),
         Family(
             "devstral", "unsloth-mistral-Devstral-Small-2507", "mistral", ("</s>",), special_tokens=_MISTRAL_TOKENS,
-            bos_token="<s>",
+            bos_token="<s>", vocabulary="tekken",
         ),
         Family("seed-oss", "ByteDance-Seed-OSS", "seed_oss", ("<seed:eos>",), special_tokens=_SEED_TOKENS),
     )

