@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from transformers import PreTrainedTokenizerBase
 
+from strands_tito.capture.span_ids import SystemRandomIdGenerator
 from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.settings import reset_settings
 from strands_tito.testing.engine import LocalEngine, Script
@@ -94,10 +95,12 @@ _DISPATCH = _Dispatch()
 
 @pytest.fixture(scope="session")
 def provider() -> TracerProvider:
-    """A real SDK provider, installed globally once (OpenTelemetry allows that only once per process)."""
+    """A real SDK provider, installed globally once (OpenTelemetry allows that only once per process). Its ids come
+    from strands-tito's generator, as a user who seeds ``random`` would set it up: with the SDK's default, capture's
+    thread ending a released agent's trajectory draws from the global state while hypothesis checks it."""
     current = trace.get_tracer_provider()
     if not isinstance(current, TracerProvider):
-        current = TracerProvider()
+        current = TracerProvider(id_generator=SystemRandomIdGenerator())
         trace.set_tracer_provider(current)
     current.add_span_processor(_DISPATCH)
     return current

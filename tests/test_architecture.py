@@ -549,3 +549,56 @@ def test_the_public_names_rule_sees_each_kind_of_reach(source: str) -> None:
 
 def test_the_public_names_rule_allows_own_and_standard_library_names() -> None:
     assert private_reaches("import sys, os\nself._x = 1\ncls._y\nsys._getframe(0)\nos._exit(0)\nsuper()._z()") == []
+
+
+#: What the product may take from the ``random`` module: generators of its own, never the module's shared state.
+OWN_GENERATORS = {"Random", "SystemRandom"}
+
+
+def global_random_draws(source: str) -> list[str]:
+    """Uses of the ``random`` module's functions, which draw from (or reseed) the global state a user's seeded
+    experiment relies on; ``random.Random()`` and ``random.SystemRandom()`` keep their own."""
+    tree = ast.parse(source)
+    names = {
+        alias.asname or alias.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import)
+        for alias in n.names
+        if alias.name == "random"
+    }
+    found = [
+        f"line {n.lineno}: from random import {alias.name}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.ImportFrom) and n.module == "random"
+        for alias in n.names
+        if alias.name not in OWN_GENERATORS
+    ]
+    found += [
+        f"line {n.lineno}: {n.value.id}.{n.attr}"  # type: ignore[attr-defined]
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id in names
+        and n.attr not in OWN_GENERATORS
+    ]
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_the_product_never_draws_from_the_global_random_state(name: str) -> None:
+    assert not global_random_draws(MODULES[name].read_text(encoding="utf-8")), (
+        "draw from a generator of the module's own (random.SystemRandom()), not the random module's global state"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["import random\nrandom.uniform(0, 1)", "import random as r\nr.getrandbits(64)", "from random import randint"],
+)
+def test_the_random_rule_sees_each_kind_of_draw(source: str) -> None:
+    assert global_random_draws(source)
+
+
+def test_the_random_rule_allows_own_generators() -> None:
+    source = "import random\nfrom random import Random\nJ = random.SystemRandom()\nR = Random(3)\nJ.uniform(0, 1)"
+    assert global_random_draws(source) == []

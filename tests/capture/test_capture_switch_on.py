@@ -36,7 +36,7 @@ from strands_tito.capture.switch_on import (
     parse_capture,
 )
 from strands_tito.otlp import ReceivedSpan
-from strands_tito.testing.engine import EngineRecord, LocalEngine, Reply, Script
+from strands_tito.testing.engine import EngineRecord, Fault, LocalEngine, Reply, Script
 from strands_tito.trajectory import Trajectory
 
 from ..helpers.agents import generate_records, hermes_call
@@ -250,6 +250,37 @@ def test_the_exit_handler_runs_once(engine, tmp_path) -> None:  # type: ignore[n
     done = run({"SGLANG_URL": engine.base_url, capture.ENV_CAPTURE: f"jsonl:{out}"}, "-c", debug)
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stderr.count("ending open trajectories and flushing") == 1, done.stderr[-4000:]
+    [line] = [json.loads(x) for x in out.read_text().splitlines()]
+    assert line["complete"] is True, line["reason"]
+
+
+SEEDED_RUN = """
+import gc, random, sys
+from strands_tito.capture.deferred import run_released_calls
+from strands_tito.testing import demo_agent
+
+random.seed(20261126)
+seeded = random.getstate()
+agent = demo_agent.main([])
+del agent
+gc.collect()
+run_released_calls()  # the end signal, had capture's thread not sent it yet
+sys.exit(0 if random.getstate() == seeded else 3)
+"""
+
+
+def test_capture_leaves_the_global_random_state_alone(start_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """An experiment seeds ``random`` for its own draws: an agent run with capture on (every Strands span recorded
+    by the provider capture installs, a retried 503, the end signal sent from capture's thread) draws nothing from
+    it. OpenTelemetry's default id generator and a jitter on the module's functions each did."""
+    engine = start_engine(
+        Script(turns=[Fault.http(503), Reply(text=hermes_call("add", a=25, b=17)), Reply(text="25 + 17 = 42.")])
+    )
+    out = tmp_path / "trajectories.jsonl"
+    env = {"SGLANG_URL": engine.base_url, capture.ENV_CAPTURE: f"jsonl:{out}", "OTEL_TRACES_SAMPLER": "always_on"}
+    done = run(env, "-c", SEEDED_RUN)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert [r.status for r in engine.records if r.path == "/generate"] == [503, 200, 200]
     [line] = [json.loads(x) for x in out.read_text().splitlines()]
     assert line["complete"] is True, line["reason"]
 

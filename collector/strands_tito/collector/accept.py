@@ -33,6 +33,8 @@ from .ingest import IngestResult, PayloadTooLarge, TooManyOpen
 from .telemetry import Metrics
 
 logger = logging.getLogger(__name__)
+# Jitter from the operating system's generator, never the `random` module's global state (the host application's).
+_JITTER = random.SystemRandom()
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
@@ -164,7 +166,7 @@ class AcceptPath:
             return Outcome(Verdict.TOO_LARGE, f"body exceeds {self.limits.max_body_bytes} bytes")
         busy = self.overloaded()
         if busy is not None:
-            return Outcome(Verdict.UNAVAILABLE, f"collector busy: {busy}", retry_after=random.randint(1, 3))
+            return Outcome(Verdict.UNAVAILABLE, f"collector busy: {busy}", retry_after=_JITTER.randint(1, 3))
         self.metrics.bytes_received += len(submission.body)
         self.inflight += 1
         try:
@@ -197,10 +199,10 @@ class AcceptPath:
         try:
             result = await asyncio.to_thread(self._ingest, request)
         except TooManyOpen as e:
-            return Outcome(Verdict.UNAVAILABLE, str(e), retry_after=random.randint(1, 3))
+            return Outcome(Verdict.UNAVAILABLE, str(e), retry_after=_JITTER.randint(1, 3))
         except (sqlite3.OperationalError, OSError) as e:  # disk full, locked, I/O: nothing was acknowledged
             logger.error("error=<%s> | store cannot take the request; answered unavailable", e)
-            return Outcome(Verdict.UNAVAILABLE, "store unavailable", retry_after=random.randint(1, 3))
+            return Outcome(Verdict.UNAVAILABLE, "store unavailable", retry_after=_JITTER.randint(1, 3))
         self.metrics.spans_received += result.accepted
         self.metrics.duplicates += result.duplicates
         self.metrics.spans_rejected += result.rejected

@@ -28,6 +28,8 @@ from .store import Store
 from .telemetry import Health, Metrics
 
 logger = logging.getLogger(__name__)
+# Jitter from the operating system's generator, never the `random` module's global state (the host application's).
+_JITTER = random.SystemRandom()
 
 Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 
@@ -134,7 +136,7 @@ class Delivery:
             else:
                 exporter.write(batch.records, batch.position)
         except Exception as e:
-            delay = min(60.0, 2.0 ** min(batch.attempts, 6)) * random.uniform(0.5, 1.0)
+            delay = min(60.0, 2.0 ** min(batch.attempts, 6)) * _JITTER.uniform(0.5, 1.0)
             self.metrics.export_failures[exporter.name] = self.metrics.export_failures.get(exporter.name, 0) + 1
             logger.error("exporter=<%s>, retry_in=<%.1f>, error=<%s> | export failed", exporter.name, delay, e)
             self.health.failed(task, e, logged=True)

@@ -4,6 +4,7 @@
   (:class:`AgentState`) and holds the embedded path (trajectories assembled in process into a JSONL file).
 - ``switch_on`` turns capture on from environment variables (``STRANDS_TITO_CAPTURE``, ``opentelemetry-instrument``);
   ``sampler`` decides which spans a provider it installs records (those capture reads, unless ``OTEL_TRACES_SAMPLER``).
+  ``span_ids`` gives that provider ids drawn without touching the ``random`` module's global state.
 - ``spool_processor`` and ``spool`` deliver strands-tito spans over OTLP without dropping any (memory queue + disk
   spool).
 - ``openai`` captures stock Strands ``OpenAIModel`` agents.

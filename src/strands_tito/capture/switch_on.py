@@ -53,6 +53,7 @@ from strands_tito.capture.recorder import (
     register_exit_handler,
 )
 from strands_tito.capture.sampler import capture_sampler
+from strands_tito.capture.span_ids import SystemRandomIdGenerator
 from strands_tito.settings import ON_VALUES, Settings, capture_off, get_settings, reload_settings, variable
 from strands_tito.upstream import UpstreamChangedError, strands_sdk
 
@@ -341,7 +342,11 @@ class _Switch:
 
     def install_provider(self) -> TracerProvider:
         """Install an SDK tracer provider (standard ``OTEL_*`` settings, Agent Lightning ids on the resource)."""
-        provider = TracerProvider(resource=Resource.create(agentlightning_identity()), sampler=capture_sampler())
+        provider = TracerProvider(
+            resource=Resource.create(agentlightning_identity()),
+            sampler=capture_sampler(),
+            id_generator=SystemRandomIdGenerator(),
+        )
         trace.set_tracer_provider(provider)
         current = trace.get_tracer_provider()
         if current is not provider:  # another thread set one first

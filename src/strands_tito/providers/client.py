@@ -39,6 +39,9 @@ from strands_tito.providers.connection_pool import ConnectionPool, HTTPConnectEr
 
 logger = logging.getLogger(__name__)
 
+# Backoff jitter from the operating system's generator: never the ``random`` module's global state, which a user's
+# seeded experiment owns, and distinct in forked workers (so they do not retry in step).
+_JITTER = random.SystemRandom()
 #: Default size of the connection pool.
 DEFAULT_MAX_CONNECTIONS = 256
 THROTTLING_STATUS_CODES = frozenset({429, 503})
@@ -109,7 +112,7 @@ class RetryPolicy:
     def delay(self, attempt: int) -> float:
         """Seconds to wait before retry number ``attempt`` (0-based): exponential with jitter."""
         delay = min(self.backoff_max, self.backoff_base * (2**attempt))
-        return float(delay / 2 + random.uniform(0, delay / 2))
+        return float(delay / 2 + _JITTER.uniform(0, delay / 2))
 
 
 def classify_http_error(status: int, body: str, *, source: str = "the server") -> ServerHTTPError:
