@@ -245,3 +245,25 @@ def test_devstral_mistral_template_renders_the_episode_as_unsloths_copy() -> Non
                     for t in (original, unsloth)
                 ]
                 assert rendered[0] == rendered[1]
+
+
+def test_minimax_m2_original_renders_the_episode_as_llama_cpps_copy() -> None:
+    """MiniMax-M2's text at main and llama.cpp's copy (the release text, corrected) render every prompt of the family
+    episode alike; without a system message the original introduces the model, llama.cpp's copy does not."""
+    spec, original, llama_cpp = (
+        FAMILIES["minimax-m2"],
+        reference_tokenizer("minimax-m2"),
+        family_tokenizer("minimax-m2"),
+    )
+    assert original.chat_template != llama_cpp.chat_template
+    tools = format_tool_specs([calculator.tool_spec])
+    for messages in structured(spec, plan(spec, True)):
+        rendered = [
+            t.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+            for t in (original, llama_cpp)
+        ]
+        assert rendered[0] == rendered[1]
+    no_system = [{"role": "user", "content": "U"}]
+    default = [str(t.apply_chat_template(no_system, tokenize=False)) for t in (original, llama_cpp)]
+    assert "You are MiniMax-M2, a helpful AI assistant built by MiniMax." in default[0]
+    assert "You are a helpful assistant." in default[1]
