@@ -14,53 +14,26 @@ import os
 import re
 import signal
 import subprocess
-import sys
-import sysconfig
-import venv
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ..helpers.wheels import build_wheels, install_wheels, serving
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 300
 #: The folders of the repository's distributions (docs/collector.md); the full install is all four.
-DISTRIBUTIONS = [str(ROOT / d) for d in ("core", "exporters", "collector", ".")]
+DISTRIBUTIONS = [ROOT / d for d in ("core", "exporters", "collector", ".")]
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``bin`` folder of a fresh venv with the wheel installed."""
     base = tmp_path_factory.mktemp("wheel")
-    dist = base / "dist"
-    for folder in DISTRIBUTIONS:
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), folder],
-            check=True,
-            timeout=TIMEOUT,
-            capture_output=True,
-        )
-    wheels = sorted(dist.glob("strands_tito*.whl"))
-    assert len(wheels) == len(DISTRIBUTIONS)
-    env_dir = base / "venv"
-    venv.EnvBuilder(with_pip=True).create(env_dir)
-    python = env_dir / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    (Path(site) / "_dependencies_from_the_test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", *map(str, wheels)],
-        check=True,
-        timeout=TIMEOUT,
-        capture_output=True,
-    )
-    yield env_dir / "bin"
+    wheels = build_wheels(DISTRIBUTIONS, base / "dist")
+    return install_wheels(wheels, base / "venv", dependencies_from_here=True)
 
 
 def test_no_two_distributions_ship_the_same_file(installed: Path) -> None:
@@ -89,29 +62,10 @@ def run(bin_dir: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str
 
 
 def serve_until_ready(bin_dir: Path, cwd: Path, ready: str, *args: str) -> str:
-    """Start a long-running command, wait for its ready line, stop it with SIGTERM; its output."""
-    process = subprocess.Popen(
-        [str(bin_dir / "strands-tito"), *args],
-        cwd=cwd,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    seen = []
-    try:
-        for line in process.stdout:
-            seen.append(line)
-            if ready in line:
-                break
-        else:
-            pytest.fail(f"{args[0]} exited before it was ready: {''.join(seen)}")
-    finally:
-        process.send_signal(signal.SIGINT)
-        rest, _ = process.communicate(timeout=60)
-    assert process.returncode == 0, "".join(seen) + rest
-    return "".join(seen) + rest
+    """Start a long-running command, wait for its ready line, stop it with SIGINT; its output."""
+    with serving([str(bin_dir / "strands-tito"), *args], cwd, _env(), re.escape(ready), signal.SIGINT) as served:
+        pass
+    return served.output
 
 
 def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:

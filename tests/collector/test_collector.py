@@ -19,7 +19,7 @@ from strands_tito import spans as schema
 from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.trajectory import Trajectory
 
-from ..helpers.collector import PB, assert_record, parquet_rows, url, written
+from ..helpers.collector import PB, assert_record, parquet_rows, sweeping_collector, url, written
 from ..helpers.otlp import all_spans, end_span, make_request, make_span, random_trajectory, turn_spans
 
 
@@ -222,27 +222,13 @@ async def test_partial_success_keeps_the_good_spans(collector: Collector, tmp_pa
 
 
 async def test_idle_timeout_writes_an_incomplete_trajectory(tmp_path: Path) -> None:
-    config = CollectorConfig(
-        store=tmp_path / "s.db",
-        outputs=[f"jsonl:{tmp_path / 'o.jsonl'}"],
-        http_port=0,
-        grpc_port=None,
-        idle_timeout=0.4,
-        progress_interval=0,
-    )
-    c = Collector(config)
-    await c.start()
-    background = asyncio.create_task(c.run_background())
-    try:
+    async with sweeping_collector(tmp_path) as c:
         t = random_trajectory(random.Random(12))
         async with httpx.AsyncClient() as http:
             await http.post(url(c), content=make_request(turn_spans(t)).SerializeToString(), headers=PB)
         [line] = await written(tmp_path / "o.jsonl", 1)
         assert line["complete"] is False and "no end signal" in line["reason"]
         assert line["token_ids"] == t.token_ids
-    finally:
-        background.cancel()
-        await c.stop()
 
 
 async def test_overload_answers_retryable_codes(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from strands_tito.collector import Collector, CollectorConfig
 
-from ..helpers.collector import PB, assert_record, url, written
+from ..helpers.collector import PB, assert_record, sweeping_collector, url, written
 from ..helpers.otlp import all_spans, make_request, random_trajectory, turn_spans
 
 
@@ -46,18 +46,7 @@ async def wait_for(predicate: Any, timeout: float = 15) -> None:
 
 
 async def test_sweeper_and_export_loop_survive_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = CollectorConfig(
-        store=tmp_path / "s.db",
-        outputs=[f"jsonl:{tmp_path / 'o.jsonl'}"],
-        http_port=0,
-        grpc_port=None,
-        idle_timeout=0.4,
-        progress_interval=0,
-    )
-    c = Collector(config)
-    await c.start()
-    background = asyncio.create_task(c.run_background())
-    try:
+    async with sweeping_collector(tmp_path) as c:
         monkeypatch.setattr(c.ingestor, "sweep", Flaky(c.ingestor.sweep, 40))
         monkeypatch.setattr(c.store, "pending_batch", Flaky(c.store.pending_batch, 3))
 
@@ -81,9 +70,6 @@ async def test_sweeper_and_export_loop_survive_failures(tmp_path: Path, monkeypa
             return (await health(c))["status"] == "ok"
 
         await wait_for(healthy)
-    finally:
-        background.cancel()
-        await c.stop()
 
 
 async def test_a_record_that_cannot_be_built_is_quarantined(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import os
 import random
-import re
-import signal
 import subprocess
-import sys
 import time
-import venv
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,13 +25,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from strands_tito import spans as schema
 
 from ..helpers.otlp import end_attributes, random_trajectory, read_jsonl, turn_attribute_sets
+from ..helpers.wheels import build_wheels, install_wheels, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 600
 #: The folders of the distributions `pip install strands-tito-collector` installs from this repository.
 COLLECTOR_DISTRIBUTIONS = ("core", "exporters", "collector")
 
-BUILD_WHEEL = (sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w")
 COLLECT = (
     "--http",
     "127.0.0.1:0",
@@ -63,27 +59,8 @@ def _env() -> dict[str, str]:
 def collector_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The ``bin`` folder of a fresh venv holding only the collector's distributions and their dependencies."""
     base = tmp_path_factory.mktemp("collector-wheel")
-    dist = base / "dist"
-    for folder in COLLECTOR_DISTRIBUTIONS:
-        subprocess.run(
-            [*BUILD_WHEEL, str(dist), str(ROOT / folder)],
-            check=True,
-            timeout=TIMEOUT,
-            capture_output=True,
-        )
-    env_dir = base / "venv"
-    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
-    wheels = sorted(str(w) for w in dist.glob("strands_tito_*.whl"))
-    assert len(wheels) == len(COLLECTOR_DISTRIBUTIONS), wheels
-    installed = subprocess.run(
-        [str(env_dir / "bin" / "python"), "-m", "pip", "install", "-q", "--find-links", str(dist), *wheels],
-        env=_env(),
-        timeout=TIMEOUT,
-        capture_output=True,
-        text=True,
-    )
-    assert installed.returncode == 0, installed.stderr
-    return env_dir / "bin"
+    wheels = build_wheels([ROOT / folder for folder in COLLECTOR_DISTRIBUTIONS], base / "dist")
+    return install_wheels(wheels, base / "venv", dependencies_from_here=False, env=_env())
 
 
 def python(bin_dir: Path, code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -120,28 +97,9 @@ def test_the_installed_collector_is_what_runs(collector_bin: Path, tmp_path: Pat
 @pytest.fixture
 def collector_port(collector_bin: Path, tmp_path: Path) -> Iterator[int]:
     """``strands-tito-collector`` from the fresh venv, on a free port of 127.0.0.1, writing ``out.jsonl``."""
-    process = subprocess.Popen(
-        [str(collector_bin / "strands-tito-collector"), *COLLECT],
-        cwd=tmp_path,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    seen = []
-    for line in process.stdout:
-        seen.append(line)
-        if match := re.search(r"listening on http://127\.0\.0\.1:(\d+)", line):
-            break
-    else:
-        pytest.fail(f"the collector exited before it was ready: {''.join(seen)}")
-    try:
-        yield int(match.group(1))
-    finally:
-        process.send_signal(signal.SIGTERM)
-        rest, _ = process.communicate(timeout=60)
-    assert process.returncode == 0, "".join(seen) + rest
+    command = [str(collector_bin / "strands-tito-collector"), *COLLECT]
+    with serving(command, tmp_path, _env(), r"listening on http://127\.0\.0\.1:(\d+)") as served:
+        yield int(served.ready.group(1))
 
 
 def test_a_trajectory_sent_by_the_sdk_is_written_token_for_token(collector_port: int, tmp_path: Path) -> None:

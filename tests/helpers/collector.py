@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -10,17 +11,40 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
-from strands_tito.collector import Collector
+from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.trajectory import Trajectory
 
 from .otlp import read_jsonl
 
 PB = {"Content-Type": "application/x-protobuf"}
+
+
+@contextlib.asynccontextmanager
+async def sweeping_collector(tmp_path: Path, idle_timeout: float = 0.4) -> AsyncIterator[Collector]:
+    """An in-process collector on a free HTTP port (no gRPC) with its background work running: a trajectory without
+    spans for ``idle_timeout`` seconds is swept and written, incomplete, to ``tmp_path / "o.jsonl"``."""
+    config = CollectorConfig(
+        store=tmp_path / "s.db",
+        outputs=[f"jsonl:{tmp_path / 'o.jsonl'}"],
+        http_port=0,
+        grpc_port=None,
+        idle_timeout=idle_timeout,
+        progress_interval=0,
+    )
+    c = Collector(config)
+    await c.start()
+    background = asyncio.create_task(c.run_background())
+    try:
+        yield c
+    finally:
+        background.cancel()
+        await c.stop()
 
 
 def url(c: Collector) -> str:
