@@ -159,6 +159,38 @@ def test_tokens_per_request_are_bounded_span_by_span(tmp_path: Path) -> None:
         stop(proc)
 
 
+def test_spans_per_request_are_bounded(tmp_path: Path) -> None:
+    """Past --max-request-spans the rest of a request is refused unread, with the limit named (400 when nothing
+    before it was taken; partial success otherwise, counting every refused span), and nothing else is lost: the
+    trajectory wholly before the bound is written exact, the one cut by it is written incomplete, naming its missing
+    turn, and the one wholly past it is not written at all."""
+    proc, port = start(tmp_path, "--max-request-spans", "5", "--idle-timeout", "2", "--log-level", "ERROR")
+    url = f"http://127.0.0.1:{port}/v1/traces"
+    try:
+        strands_only = [make_span("execute_tool add", {"gen_ai.operation.name": "execute_tool"}) for _ in range(6)]
+        refused = httpx.post(url, content=make_request(strands_only).SerializeToString(), headers=PB)
+        assert refused.status_code == 400
+        assert "holds 6 spans; the collector takes at most 5 per request (--max-request-spans)" in refused.text
+
+        whole, cut, past = (random_trajectory(random.Random(seed), turns=2) for seed in (5, 6, 7))
+        first, second = turn_spans(cut)
+        request = [*all_spans(whole), first, end_span(cut), second, *all_spans(past)]
+        response = httpx.post(url, content=make_request(request).SerializeToString(), headers=PB)
+        answer = ExportTraceServiceResponse.FromString(response.content)
+        assert response.status_code == 200 and answer.partial_success.rejected_spans == 4
+        assert "(--max-request-spans): the last 4 were refused unread" in answer.partial_success.error_message
+
+        records = {r["trajectory_id"]: r for r in read_records(tmp_path / "out.jsonl", 2)}
+        assert records[whole.trajectory_id]["complete"] and records[whole.trajectory_id]["token_ids"] == whole.token_ids
+        assert (records[cut.trajectory_id]["complete"], records[cut.trajectory_id]["reason"]) == (
+            False,
+            "turn 1 is missing",
+        )
+        assert past.trajectory_id not in records
+    finally:
+        stop(proc)
+
+
 def test_a_small_request_of_many_tokens_costs_a_bounded_amount_of_memory(tmp_path: Path) -> None:
     """A 61 KiB gzip body decompresses to 8M token ids (61 MiB, under --max-decompressed-mb): decoding them would
     raise the collector's peak RSS by about 1.1 GB (docs/collector-faults.md); with the default

@@ -194,6 +194,15 @@ FAMILIES = [
         model_ids=lambda names: [f"functions.{n}:{i + 5}" for i, n in enumerate(names)],
         original="kimi-k2",
     ),
+    # Kimi-K2-Thinking's original at main (compact tool declaration) writes the calls as Kimi-K2-Instruct's does.
+    Family(
+        "moonshotai-Kimi-K2-Thinking-original",
+        "kimi_k2",
+        "<|im_assistant|>assistant<|im_middle|>",
+        KIMI,
+        model_ids=lambda names: [f"functions.{n}:{i + 5}" for i, n in enumerate(names)],
+        original="kimi-k2-thinking",
+    ),
     Family("MiniMaxAI-MiniMax-M2-original", "minimax_m2", "]~b]ai\n", MINIMAX, xml=True, original="minimax-m2"),
 ]
 

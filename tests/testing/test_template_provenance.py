@@ -134,6 +134,27 @@ def test_kimi_k2_original_renders_the_messages_own_call_ids(name: str) -> None:
     assert PromptEncoder(family_tokenizer(name)).numbers_calls
 
 
+@pytest.mark.parametrize(
+    ("file", "separators"),
+    [(None, (",", ":")), ("moonshotai-Kimi-K2-Thinking-earlier.jinja", None)],
+    ids=["main", "earlier"],
+)
+def test_kimi_k2_thinking_prompt_declares_the_tools_as_its_template_writes_them(
+    file: str | None, separators: tuple[str, str] | None
+) -> None:
+    """Kimi-K2-Thinking's text at main declares the tools as compact JSON (tojson(separators=(',', ':'))), the
+    earlier text with tojson()'s default separators: the encoder's first prompt carries each text's own form."""
+    tokenizer = (
+        reference_tokenizer("kimi-k2-thinking") if file is None else original_tokenizer("kimi-k2-thinking", file)
+    )
+    tools = format_tool_specs([calculator.tool_spec])
+    prompt = PromptEncoder(tokenizer).first_prompt(
+        [{"role": "user", "content": [{"text": "U"}]}], [calculator.tool_spec], "S"
+    )
+    declared = json.dumps(tools, ensure_ascii=False, separators=separators)
+    assert f"<|im_system|>tool_declare<|im_middle|>{declared}<|im_end|>" in tokenizer.decode(prompt)
+
+
 def test_a_template_refusing_both_argument_forms_fails_at_construction() -> None:
     """Neither form renders: the encoder is refused when it is built, naming the template's error."""
     tokenizer = copy.deepcopy(reference_tokenizer("deepseek-v3.1"))

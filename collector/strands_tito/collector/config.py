@@ -13,7 +13,7 @@ from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .ingest import MAX_REQUEST_TOKENS
+from .ingest import MAX_REQUEST_SPANS, MAX_REQUEST_TOKENS
 
 __all__ = ["CollectorConfig", "Option", "declared_options", "shown_default"]
 
@@ -143,6 +143,10 @@ class CollectorConfig:
     max_request_tokens: int = field(
         default=MAX_REQUEST_TOKENS,
         metadata=_declared("--max-request-tokens", "token ids one request may carry; spans past it are refused"),
+    )
+    max_request_spans: int = field(
+        default=MAX_REQUEST_SPANS,
+        metadata=_declared("--max-request-spans", "spans one request may carry; those past it are refused unread"),
     )
     max_store_bytes: int = field(
         default=10 * 1024 * MIB,

@@ -11,11 +11,12 @@ same guard per trajectory, so a restart never fails on stored data.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +47,20 @@ MAX_REQUEST_TOKENS = 2**20
 """Default ``--max-request-tokens``: token ids (prompt, output and top-p sets) one request may carry. Decoding and
 assembling cost up to about 190 bytes per token at peak (docs/collector-faults.md), so about 200 MiB; the first turn
 of a 1M-token context window still fits (an agent sends a span larger than its 4 MiB batches alone)."""
+MAX_REQUEST_SPANS = 65_536
+"""Default ``--max-request-spans``: spans one request may carry. An agent's exporter sends at most 512 a batch (the
+SDK's ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``); the bound keeps a body of many tiny spans from making as many decoded
+spans and error messages."""
 _TOKEN_KEYS = frozenset({spans.PROMPT_IDS, spans.OUTPUT_IDS, TOP_P_IDS})
+
+
+def _request_spans(request: ExportTraceServiceRequest) -> Iterator[tuple[dict[str, Any], Span]]:
+    """Each span of a request with its resource's attributes (made JSON-safe once per resource)."""
+    for resource_spans in request.resource_spans:
+        resource = _json_safe(attributes_of(resource_spans.resource.attributes))
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                yield resource, span
 
 
 def token_count(span: Span) -> int:
@@ -73,11 +87,13 @@ class IngestResult:
     errors: list[str] = field(default_factory=list)
     trajectories: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Every trajectory the request carried valid spans of, with the resource of those spans."""
+    unread: int = 0
+    """Spans past ``--max-request-spans``, refused without being read; one entry of ``errors`` names them all."""
 
     @property
     def rejected(self) -> int:
-        """Spans refused (invalid or conflicting)."""
-        return len(self.errors)
+        """Spans refused (invalid, conflicting, or past a bound)."""
+        return len(self.errors) + max(self.unread - 1, 0)
 
 
 class Ingestor:
@@ -90,6 +106,8 @@ class Ingestor:
         max_open: Open trajectories at once (``--max-open-trajectories``).
         max_request_tokens: Token ids one request may carry (``--max-request-tokens``); a span that would pass it is
             refused with the reason before its arrays are read, and the request's other spans are taken.
+        max_request_spans: Spans one request may carry (``--max-request-spans``); the first ones are taken, those
+            past it are refused unread, with the limit named.
     """
 
     def __init__(
@@ -98,11 +116,14 @@ class Ingestor:
         exporters: list[str],
         on_finished: Callable[[], None] = lambda: None,
         max_open: int = 100_000,
+        *,
         max_request_tokens: int = MAX_REQUEST_TOKENS,
+        max_request_spans: int = MAX_REQUEST_SPANS,
     ) -> None:
         self.store = store
         self.max_open = max_open
         self.max_request_tokens = max_request_tokens
+        self.max_request_spans = max_request_spans
         self.exporters = exporters
         # Only span references stay in memory; a trajectory's payload is read back from the store when it ends, so
         # memory does not grow with the number of trajectories in flight.
@@ -202,44 +223,49 @@ class Ingestor:
     ) -> list[tuple[StoredSpan, spans.Decoded]]:
         """Validate every strands-tito span of a request; invalid ones go to ``result.errors``."""
         candidates: list[tuple[StoredSpan, spans.Decoded]] = []
+        # Counted on the protobuf: the spans past the bound are never read.
+        count = sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+        if count > self.max_request_spans:
+            result.unread = count - self.max_request_spans
+            result.errors.append(
+                f"the request holds {count} spans; the collector takes at most {self.max_request_spans} per request "
+                f"(--max-request-spans): the last {result.unread} were refused unread"
+            )
         tokens = 0
-        for resource_spans in request.resource_spans:
-            resource = _json_safe(attributes_of(resource_spans.resource.attributes))
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    # Counted on the protobuf, before any array becomes Python objects (the costly step).
-                    span_tokens = token_count(span)
-                    if tokens + span_tokens > self.max_request_tokens:
-                        result.errors.append(
-                            f"span {span.span_id.hex()[:16]}: its {span_tokens} token ids would bring the request "
-                            f"to {tokens + span_tokens}; the collector takes at most {self.max_request_tokens} per "
-                            "request (--max-request-tokens)"
-                        )
-                        continue
-                    tokens += span_tokens
-                    attributes = attributes_of(span.attributes)
-                    if not spans.is_tito_span(attributes):
-                        result.ignored += 1
-                        continue
-                    identity = _with_span_identity(resource, attributes)
-                    try:
-                        _check_ids(span)
-                        decoded = spans.decode_span(attributes, span.end_time_unix_nano, unpack=False)
-                        bad_identity = agl_identity_error(identity)
-                        if bad_identity is not None:  # it would become part of a URL path (Agent Lightning)
-                            raise spans.SpanSchemaError(bad_identity)
-                    except spans.SpanSchemaError as e:
-                        result.errors.append(f"span {span.span_id.hex()[:16]}: {e}")
-                        continue
-                    stored = StoredSpan(
-                        span.trace_id.hex(),
-                        span.span_id.hex(),
-                        decoded.trajectory_id,
-                        span.SerializeToString(),
-                        identity,
-                    )
-                    candidates.append((stored, decoded))
-                    result.trajectories.setdefault(decoded.trajectory_id, stored.resource)
+        for resource, span in itertools.islice(_request_spans(request), self.max_request_spans):
+            # Counted on the protobuf, before any array becomes Python objects (the costly step).
+            span_tokens = token_count(span)
+            if tokens + span_tokens > self.max_request_tokens:
+                result.errors.append(
+                    f"span {span.span_id.hex()[:16]}: its {span_tokens} token ids would bring the request "
+                    f"to {tokens + span_tokens}; the collector takes at most {self.max_request_tokens} per "
+                    "request (--max-request-tokens)"
+                )
+                continue
+            tokens += span_tokens
+            attributes = attributes_of(span.attributes)
+            if not spans.is_tito_span(attributes):
+                result.ignored += 1
+                continue
+            identity = _with_span_identity(resource, attributes)
+            try:
+                _check_ids(span)
+                decoded = spans.decode_span(attributes, span.end_time_unix_nano, unpack=False)
+                bad_identity = agl_identity_error(identity)
+                if bad_identity is not None:  # it would become part of a URL path (Agent Lightning)
+                    raise spans.SpanSchemaError(bad_identity)
+            except spans.SpanSchemaError as e:
+                result.errors.append(f"span {span.span_id.hex()[:16]}: {e}")
+                continue
+            stored = StoredSpan(
+                span.trace_id.hex(),
+                span.span_id.hex(),
+                decoded.trajectory_id,
+                span.SerializeToString(),
+                identity,
+            )
+            candidates.append((stored, decoded))
+            result.trajectories.setdefault(decoded.trajectory_id, stored.resource)
         return candidates
 
     def _load(self, trajectory_id: str) -> tuple[dict[int, spans.TurnSpan], dict[int, spans.CallSpan]]:

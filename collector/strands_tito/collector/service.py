@@ -62,7 +62,7 @@ class Collector:
         self.delivery = Delivery(self.store, self.exporters, self.metrics, self.health, config.batch_size)
         self.ingestor = Ingestor(
             self.store, [e.name for e in self.exporters], self.delivery.wake, config.max_open_trajectories,
-            config.max_request_tokens,
+            max_request_tokens=config.max_request_tokens, max_request_spans=config.max_request_spans,
         )  # fmt: skip
         limits = Limits(
             config.token, config.max_body_bytes, config.max_decompressed_bytes, config.max_inflight,

@@ -208,9 +208,8 @@ class ChatCompletions:
         self.core.finish_fault(conversation, prompt)
         if step.kind == "http":
             status = step.status or 503
-            headers = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
             message = http_fault_body(status, step.message)["message"]
-            return self._error(record, ChatError(message, status, str(status)), headers)
+            return self._error(record, ChatError(message, status, str(status)), step.retry_after_headers)
         if step.kind == "context_overflow":
             context = self.core.context_length
             return self._error(
@@ -222,9 +221,7 @@ class ChatCompletions:
             )
         if step.kind == "abort":
             if step.status is None:
-                partial = outputs.reply_ids(step.reply) if step.reply is not None else []
-                outcome = Outcome(partial[:max_new], finish_abort(step.message or "Aborted"), success=False)
-                return self._respond(request, record, prompt, outcome, conversation)
+                return self._respond(request, record, prompt, outputs.aborted_outcome(step, max_new), conversation)
             return self._error(record, ChatError(step.message or "Aborted", step.status, str(step.status)))
         # Malformed bodies are a /generate feature.
         return self._error(

@@ -21,12 +21,13 @@ from strands_tito.testing.engine.protocol import (
     GenerateRequest,
     SamplingParams,
     encode_routed_experts,
+    finish_abort,
     finish_length,
     finish_stop,
     routed_experts_for,
     token_logprob,
 )
-from strands_tito.testing.engine.script import MalformedKind, Reply
+from strands_tito.testing.engine.script import Fault, MalformedKind, Reply
 
 __all__ = ["NAN_STOP", "Outcome", "OutputBuilder"]
 
@@ -120,6 +121,12 @@ class OutputBuilder:
         if reply.finish is not None:
             outcome.finish = dict(reply.finish)
         return outcome
+
+    def aborted_outcome(self, fault: Fault, max_new: int) -> Outcome:
+        """What an abort without a status answers: the fault's partial reply (if any) up to ``max_new`` tokens,
+        finished as ``abort`` with the fault's message."""
+        partial = self.reply_ids(fault.reply) if fault.reply is not None else []
+        return Outcome(partial[: max(max_new, 0)], finish_abort(fault.message or "Aborted"), success=False)
 
     def apply_stops(self, ids: Sequence[int], sampling: SamplingParams, max_new: int) -> Outcome:
         """Cut ``ids`` as SGLang 0.5.23's ``Req.update_finish_state`` does (``schedule_batch.py:2007-2045``): an id

@@ -244,6 +244,11 @@ class Fault:
         return cls("malformed", count=count, malformed_kind=kind, reply=reply, delay=delay)
 
     @property
+    def retry_after_headers(self) -> dict[str, str]:
+        """The ``Retry-After`` header an HTTP fault answers with, when it sets one."""
+        return {"retry-after": f"{self.retry_after:g}"} if self.retry_after is not None else {}
+
+    @property
     def label(self) -> str:
         """Short description used in records: ``http:503``, ``abort``, ``malformed:nan_logprob``, ..."""
         if self.kind == "http":

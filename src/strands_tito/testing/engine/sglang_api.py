@@ -202,8 +202,7 @@ class GenerateEndpoint:
         if step.kind == "http":
             status = step.status or 503
             body = http_fault_body(status, step.message)
-            headers = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
-            return self._error(call.record, body, status, headers)
+            return self._error(call.record, body, status, step.retry_after_headers)
         if step.kind == "context_overflow":
             raise value_error(self._overflow_message(step, call.generate, len(call.prompt)))
         if step.kind == "abort":
@@ -211,9 +210,7 @@ class GenerateEndpoint:
                 return self._respond(call, self._aborted(None), conversation)
             message = step.message or "Aborted"
             if step.status is None:
-                partial = outputs.reply_ids(step.reply) if step.reply is not None else []
-                outcome = Outcome(partial[: max(call.max_new, 0)], finish_abort(message), success=False)
-                return self._respond(call, outcome, conversation)
+                return self._respond(call, outputs.aborted_outcome(step, call.max_new), conversation)
             if step.status == 400:
                 raise value_error(message)
             return self._error(call.record, object_error_body(message, step.status, str(step.status)), step.status)

@@ -357,16 +357,13 @@ class VLLMEndpoints:
         self.core.finish_fault(conversation, call.prompt)
         if step.kind == "http":
             status = step.status or 503
-            headers = {"retry-after": f"{step.retry_after:g}"} if step.retry_after is not None else {}
             message = step.message or f"HTTP error {status} injected by strands-tito engine."
-            return self._error(record, VLLMError(message, status), headers)
+            return self._error(record, VLLMError(message, status), step.retry_after_headers)
         if step.kind == "context_overflow":
             return self._error(record, VLLMError(self.context_message(call.path, len(call.prompt))))
         if step.kind == "abort":
             if step.status is None:
-                partial = outputs.reply_ids(step.reply) if step.reply is not None else []
-                outcome = Outcome(partial[:max_new], finish_abort(step.message or "Aborted"), success=False)
-                return self._respond(call, record, outcome, conversation)
+                return self._respond(call, record, outputs.aborted_outcome(step, max_new), conversation)
             return self._error(record, VLLMError(step.message or "Aborted", step.status))
         reply = step.reply or Reply(text="OK.")
         outcome = outputs.apply_stops(outputs.reply_ids(reply), call.sampling, max_new)
