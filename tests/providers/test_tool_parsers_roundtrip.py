@@ -16,8 +16,8 @@ Constraints, and why:
 * Seed-OSS writes a non-string value with Jinja's ``string`` filter (Python's spelling), so it gets scalars only
   (strings, integers, floats, booleans): a list, a dict or None is not representable in its format.
 * DeepSeek-V3.1's original takes the arguments as JSON text; the others take a mapping.
-* Where a family's Hugging Face original differs from llama.cpp's copy (DeepSeek-V3.1, QwQ, Kimi-K2-Instruct,
-  MiniMax-M2), both are rendered.
+* Where a family's Hugging Face original differs from llama.cpp's copy (Qwen3, QwQ, Qwen3-Coder, GLM-4.6,
+  DeepSeek-V3.1, Kimi-K2-Instruct, MiniMax-M2), both are rendered.
 """
 
 from __future__ import annotations
@@ -174,6 +174,16 @@ FAMILIES = [
         "deepseek-v3.1-original", "deepseek_v31", "<｜Assistant｜>", DEEPSEEK, json_text=True, original="deepseek-v3.1"
     ),
     Family("qwq-original", "hermes", "<|im_start|>assistant\n", HERMES, original="qwq"),
+    Family("Qwen-Qwen3-0.6B-original", "hermes", "<|im_start|>assistant\n", HERMES, original="qwen3"),
+    Family(
+        "Qwen-Qwen3-Coder-30B-A3B-Instruct-original",
+        "qwen_xml",
+        "<|im_start|>assistant",
+        QWEN_XML,
+        xml=True,
+        original="qwen3-coder",
+    ),
+    Family("zai-org-GLM-4.6-original", "glm", "<|assistant|>", GLM, xml=True, original="glm-4.6"),
     # Kimi-K2-Instruct-0905's original writes each call's own id (llama.cpp's copy numbers them), here ids not
     # counted from 0, as a conversation's later calls are.
     Family(

@@ -293,3 +293,30 @@ def test_minimax_m2_original_renders_the_episode_as_llama_cpps_copy() -> None:
     default = [str(t.apply_chat_template(no_system, tokenize=False)) for t in (original, llama_cpp)]
     assert "You are MiniMax-M2, a helpful AI assistant built by MiniMax." in default[0]
     assert "You are a helpful assistant." in default[1]
+
+
+@pytest.mark.parametrize(
+    ("name", "beside"),
+    [("qwen3", "Qwen-Qwen3-0.6B.jinja"), ("qwen3-coder", None), ("glm-4.6", None)],
+    ids=["qwen3-release-text", "qwen3-coder-llama-cpp", "glm-4.6-llama-cpp"],
+)
+def test_hub_text_at_main_renders_the_episode_as_the_copy_beside_it(name: str, beside: str | None) -> None:
+    """The reference (the Hub's text at main) and the text beside it (Qwen3's release text, which the base repositories
+    still ship; llama.cpp's copy) render every prompt of the family episode alike, thinking on and off. Qwen3-Coder's
+    llama.cpp copy words the tools system prompt its own way, and differs there only."""
+    spec, reference = FAMILIES[name], reference_tokenizer(name)
+    other = original_tokenizer(name, beside) if beside else family_tokenizer(name)
+    assert reference.chat_template != other.chat_template
+    tools = format_tool_specs([calculator.tool_spec])
+    for thinking in (True, False) if spec.thinking else (False,):
+        switch = {"enable_thinking": thinking} if spec.thinking else {}
+        for messages in structured(spec, plan(spec, thinking)):
+            rendered = [
+                str(t.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False, **switch))
+                for t in (reference, other)
+            ]
+            if name == "qwen3-coder":
+                (system, rest), (llama_cpp_system, llama_cpp_rest) = (r.split("<|im_end|>\n", 1) for r in rendered)
+                assert "following functions:" in system and "following tools:" in llama_cpp_system
+                rendered = [rest, llama_cpp_rest]
+            assert rendered[0] == rendered[1]
