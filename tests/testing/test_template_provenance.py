@@ -64,7 +64,8 @@ def test_every_family_has_a_recorded_reference() -> None:
             assert original["source"].startswith("https://github.com/") or pypi_release(original), name
     vendored = {e["original"]["file"] for e in entries.values() if "original" in e}
     vendored |= {e["original"]["file"] for e in manifest()["refused"].values() if "original" in e}
-    vendored |= {other["file"] for e in entries.values() for other in e.get("other_originals", [])}
+    everyone = [*entries.values(), *manifest()["refused"].values()]
+    vendored |= {other["file"] for e in everyone for other in e.get("other_originals", [])}
     on_disk = {p.name for p in TEMPLATES.iterdir() if p.name != "manifest.json"}
     assert vendored == on_disk, "every vendored original is in the manifest"
 
@@ -91,6 +92,8 @@ def test_refused_families_are_the_recorded_files() -> None:
         assert sha256(real_chat_template(entry["llama_cpp_copy"]["file"])) == entry["llama_cpp_copy"]["sha256"], name
         original = entry["original"]
         assert vendored_sha256(original["file"]) == original["sha256"], name
+        for other in entry.get("other_originals", []):
+            assert pypi_release(other) and vendored_sha256(other["file"]) == other["sha256"], other["file"]
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -170,23 +173,25 @@ GEMMA4_TOKENS = ("<bos>", "<|turn>", "<turn|>", "<|tool_call>", "<tool_call|>", 
 
 def gemma4_tokenizer(template: str) -> Any:
     """A stand-in Gemma-4 tokenizer: the Qwen3 vocabulary plus Gemma-4's turn and tool tokens, with ``template`` (a
-    file in the sdist, or, when ``"original"``, TRL's copy of google/gemma-4-E2B-it's current Hub revision)."""
+    file in the sdist; when ``"original"``, TRL's copy of google/gemma-4-E2B-it's current Hub revision; a vendored
+    ``.jinja`` file, the manifest's other originals)."""
     tokenizer = copy.deepcopy(family_tokenizer("qwen3"))
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in GEMMA4_TOKENS], special_tokens=True)
     original = manifest()["refused"]["gemma-4"]["original"]
-    tokenizer.chat_template = (
-        (TEMPLATES / original["file"]).read_text(encoding="utf-8")
-        if template == "original"
-        else real_chat_template(template)
-    )
+    if template == "original" or template.endswith(".jinja"):
+        file = original["file"] if template == "original" else template
+        tokenizer.chat_template = (TEMPLATES / file).read_text(encoding="utf-8")
+    else:
+        tokenizer.chat_template = real_chat_template(template)
     tokenizer.eos_token = "<turn|>"
     return tokenizer
 
 
-@pytest.mark.parametrize("template", ["google-gemma-4-31B-it", "original"])
+@pytest.mark.parametrize("template", ["google-gemma-4-31B-it", "original", "google-gemma-4-26B-A4B-it.jinja"])
 def test_gemma4_is_refused_at_construction_naming_the_family_and_the_reason(template: str) -> None:
     """Gemma-4 writes a tool result inside the model's own turn after <|tool_response>, with no end of turn: on
-    llama.cpp's copy and on TRL's copy of the template's current Hub revision (manifest ``refused``)."""
+    llama.cpp's copy, on TRL's copy of the E2B/E4B template's current Hub revision and on the larger models' template
+    at main (manifest ``refused``)."""
     with pytest.raises(PromptError, match="inside the model's own turn") as raised:
         PromptEncoder(gemma4_tokenizer(template))
     assert "Gemma-4's template" in str(raised.value) and "<|tool_response>response:tito_probe_tool" in str(raised.value)
