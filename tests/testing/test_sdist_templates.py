@@ -22,8 +22,9 @@ from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.prompt import PromptEncoder, PromptError
 from strands_tito.providers.tool_parsers import ToolParserDetectionError, get_tool_parser
 from strands_tito.testing.chat_templates import real_templates_dir
-from strands_tito.testing.family_tokenizers import family_tokenizer
 from strands_tito.testing.tokenizers import build_qwen3_tokenizer
+
+from ..helpers.templates import llama_cpp_tokenizer
 
 TEMPLATES = sorted(p.stem for p in real_templates_dir().glob("*.jinja"))
 #: The sdist templates that are a supported family's template, by file name: served on the family's tokenizer.
@@ -71,7 +72,7 @@ def written_turn(encoder: PromptEncoder, messages: list[dict[str, Any]], tools: 
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_every_sdist_template_is_served_or_refused(name: str) -> None:
     if name in FAMILY_OF:
-        tokenizer = family_tokenizer(FAMILY_OF[name])
+        tokenizer = llama_cpp_tokenizer(FAMILY_OF[name])
     else:
         tokenizer = stand_in((real_templates_dir() / f"{name}.jinja").read_text(encoding="utf-8"))
     try:

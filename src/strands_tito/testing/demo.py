@@ -4,9 +4,10 @@ Local SGLang-protocol engine -> an ordinary agent (:mod:`strands_tito.testing.de
 by environment variables only -> OTLP -> the collector -> trajectories written to JSONL -> shown, and checked token for
 token against what the engine received and produced.
 
-``strands-tito demo --chat-template FAMILY`` runs the same path on a model family's real template and stand-in
-tokenizer (:mod:`strands_tito.providers.families`): the engine serves as ``strands-tito engine --chat-template FAMILY``
-does, and replies what that family's model writes (cut from its template's own rendering of the call and the answer).
+``strands-tito demo --chat-template FAMILY`` runs the same path on a model family's reference template (its Hugging
+Face original where one was found) and tokenizer (:mod:`strands_tito.testing.family_tokenizers`): the engine serves as
+``strands-tito engine --chat-template FAMILY`` does, and replies what that family's model writes (cut from its
+template's own rendering of the call and the answer).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from transformers import PreTrainedTokenizerBase
 
 from strands_tito.collector import Collector, CollectorConfig
 from strands_tito.providers.families import FAMILIES, family, template_defaults
+from strands_tito.providers.prompt import PromptEncoder
 from strands_tito.providers.rendering import render_chat_template
 from strands_tito.settings import variable
 from strands_tito.testing.engine import LocalEngine, Reply, Script
@@ -77,7 +79,11 @@ def family_script(name: str) -> Script:
     name = family(name).name
     tokenizer = family_tokenizer(name)
     call_id = "functions.add:0"
-    call = {"id": call_id, "type": "function", "function": {"name": "add", "arguments": {"a": 25, "b": 17}}}
+    # In the form the template takes them (DeepSeek-V3.1's original concatenates JSON text), as the encoder sends them.
+    arguments: Any = {"a": 25, "b": 17}
+    if PromptEncoder(tokenizer).json_arguments:
+        arguments = json.dumps(arguments)
+    call = {"id": call_id, "type": "function", "function": {"name": "add", "arguments": arguments}}
     asked = [{"role": "user", "content": _QUESTION}]
     calling = {"role": "assistant", "content": "", "reasoning_content": _REASONING, "tool_calls": [call]}
     result = {"role": "tool", "tool_call_id": call_id, "name": "add", "content": "42"}
