@@ -16,20 +16,11 @@ import pytest
 from strands_tito.providers.rendering import render_chat_template
 from strands_tito.testing.demo import main
 
+from ..helpers.agents import CALCULATOR_TOOLS
 from ..helpers.templates import TEMPLATES, llama_cpp_tokenizer, manifest, original_tokenizer, reference_tokenizer
 from ..helpers.wheels import serving
 
 COMMAND = str(Path(sys.executable).parent / "strands-tito")
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calculator",
-            "description": "Evaluate an expression.",
-            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
-        },
-    }
-]
 CALL = {"id": "functions.calculator:7", "type": "function", "function": {"name": "calculator", "arguments": {}}}
 #: A finished tool call and its result, under the call id the client chose: Kimi-K2-Thinking's original renders that
 #: id; llama.cpp's copy numbers the calls itself (functions.calculator:0).
@@ -43,7 +34,7 @@ MESSAGES: list[dict[str, Any]] = [
 def prompt_ids(tokenizer: Any) -> list[int]:
     """The prompt ``tokenizer``'s template renders for :data:`MESSAGES` (the call's arguments as a mapping)."""
     structured = [MESSAGES[0], {**MESSAGES[1], "tool_calls": [CALL]}, MESSAGES[2]]
-    text = render_chat_template(tokenizer, structured, tools=TOOLS, add_generation_prompt=True)
+    text = render_chat_template(tokenizer, structured, tools=CALCULATOR_TOOLS, add_generation_prompt=True)
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
@@ -59,7 +50,13 @@ def test_the_engine_serves_the_original_where_llama_cpps_copy_is_an_edit(tmp_pat
     env = {**os.environ, "STRANDS_TITO_CAPTURE": "0"}
     command = [COMMAND, "engine", "--chat-template", name, "--port", "0"]
     with serving(command, tmp_path, env, r"listening on (http://\S+)") as served:
-        body = {"model": "m", "messages": MESSAGES, "tools": TOOLS, "return_token_ids": True, "max_tokens": 1}
+        body = {
+            "model": "m",
+            "messages": MESSAGES,
+            "tools": CALCULATOR_TOOLS,
+            "return_token_ids": True,
+            "max_tokens": 1,
+        }
         reply = httpx.post(served.ready.group(1) + "/v1/chat/completions", json=body, timeout=60)
     assert reply.status_code == 200, reply.text
     assert reply.json()["prompt_token_ids"] == want

@@ -107,6 +107,17 @@ def assert_matches_engine(trajectory: Trajectory, records: list[EngineRecord]) -
     assert (last.input_ids or []) + (last.output_ids or []) == trajectory.token_ids
 
 
+#: The calculator tool as an OpenAI-style ``tools`` entry (chat requests, ``apply_chat_template``).
+CALCULATOR_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Evaluate an expression.",
+            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+        },
+    }
+]
 IM_END = 151645
 
 

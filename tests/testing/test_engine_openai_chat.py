@@ -13,18 +13,8 @@ from strands_tito.testing.engine.cli import build_parser
 from strands_tito.testing.engine.openai_chat import SGLANG_STREAM_TOKEN_IDS_MESSAGE, parse_chat_request
 from strands_tito.testing.engine.protocol import token_logprob
 
-from ..helpers.agents import IM_END, hermes_call
+from ..helpers.agents import CALCULATOR_TOOLS, IM_END, hermes_call
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "calculator",
-            "description": "Evaluate an expression.",
-            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
-        },
-    }
-]
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Compute 6 * 7."}]
 
 
@@ -136,9 +126,9 @@ def test_sglang_rejects_streamed_token_ids(start_engine) -> None:  # type: ignor
 def test_tool_calls(start_engine, qwen3, flavor: str, stream: bool) -> None:  # type: ignore[no-untyped-def]
     text = "Let me compute.\n" + hermes_call("calculator", expression="6 * 7")
     engine = start_engine(Script([Reply(text=text)]), openai_flavor=flavor)
-    response = post(engine, tools=TOOLS, stream=stream)
+    response = post(engine, tools=CALCULATOR_TOOLS, stream=stream)
     [record] = engine.chat_records()
-    assert record.input_ids == rendered(qwen3, MESSAGES, TOOLS)
+    assert record.input_ids == rendered(qwen3, MESSAGES, CALCULATOR_TOOLS)
     if stream:
         chunks = [e for e in events(response) if e != "[DONE]"]
         content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
@@ -158,11 +148,11 @@ def test_tool_calls(start_engine, qwen3, flavor: str, stream: bool) -> None:  # 
 def test_malformed_tool_call_stays_content(start_engine) -> None:  # type: ignore[no-untyped-def]
     text = '<tool_call>\n{"name": "calculator", "arguments": {oops}}\n</tool_call>'
     engine = start_engine(Script([Reply(text=text)]), Script([Reply(text=hermes_call("calculator", expression="1"))]))
-    choice = post(engine, tools=TOOLS).json()["choices"][0]
+    choice = post(engine, tools=CALCULATOR_TOOLS).json()["choices"][0]
     assert choice["message"]["content"] == text and choice["message"]["tool_calls"] == []
     assert choice["finish_reason"] == "stop"
     # tool_choice "none": calls are not parsed.
-    choice = post(engine, tools=TOOLS, tool_choice="none").json()["choices"][0]
+    choice = post(engine, tools=CALCULATOR_TOOLS, tool_choice="none").json()["choices"][0]
     assert choice["message"]["tool_calls"] == [] and choice["finish_reason"] == "stop"
 
 
@@ -219,7 +209,9 @@ def test_rerendered_prompts_stay_in_their_conversation(start_engine, qwen3) -> N
     def conversation(user: str) -> list[dict[str, Any]]:
         return [{"role": "user", "content": user}]
 
-    answers = {user: post(engine, messages=conversation(user), tools=TOOLS).json() for user in ("alpha", "beta")}
+    answers = {
+        user: post(engine, messages=conversation(user), tools=CALCULATOR_TOOLS).json() for user in ("alpha", "beta")
+    }
     for user, answer in answers.items():
         message = answer["choices"][0]["message"]
         follow_up = [
@@ -227,7 +219,7 @@ def test_rerendered_prompts_stay_in_their_conversation(start_engine, qwen3) -> N
             {"role": "assistant", "content": message["content"], "tool_calls": message["tool_calls"]},
             {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": "42"},
         ]
-        reply = post(engine, messages=follow_up, tools=TOOLS).json()
+        reply = post(engine, messages=follow_up, tools=CALCULATOR_TOOLS).json()
         assert reply["choices"][0]["message"]["content"] == ("A done" if user == "alpha" else "B done")
     records = engine.chat_records()
     assert [r.conversation for r in records] == [0, 1, 0, 1] and not any(r.unscripted for r in records)
@@ -236,7 +228,7 @@ def test_rerendered_prompts_stay_in_their_conversation(start_engine, qwen3) -> N
     assert second.input_ids[: len(first.input_ids)] == first.input_ids
     assert second.input_ids[: len(expected)] != expected  # the re-render drifted...
     # ...and the same first prompt again is a new conversation (a new rollout of the same task).
-    post(engine, messages=conversation("alpha"), tools=TOOLS)
+    post(engine, messages=conversation("alpha"), tools=CALCULATOR_TOOLS)
     assert engine.chat_records()[-1].conversation == 2
 
 
