@@ -602,3 +602,61 @@ def test_the_random_rule_sees_each_kind_of_draw(source: str) -> None:
 def test_the_random_rule_allows_own_generators() -> None:
     source = "import random\nfrom random import Random\nJ = random.SystemRandom()\nR = Random(3)\nJ.uniform(0, 1)"
     assert global_random_draws(source) == []
+
+
+#: The module that states each validity rule for token ids and logprobs (docs of :mod:`strands_tito.checks`).
+CHECKS_MODULE = "strands_tito.checks"
+#: The rule's constants: other modules call the rule's functions instead of comparing against them.
+RULE_CONSTANTS = {"MAX_TOKEN_ID", "FLOAT32_OVERFLOW", "LOGPROB_FLOOR"}
+
+
+def validity_rule_copies(source: str) -> list[str]:
+    """Copies of the id and logprob rule: the rule's constants by name, vLLM's ``-9999.0`` floor, or the int32
+    bound ``2**31`` written out (``checks.MAX_INT32`` names it)."""
+    found: list[str] = []
+    for n in ast.walk(ast.parse(source)):
+        name = n.attr if isinstance(n, ast.Attribute) else n.id if isinstance(n, ast.Name) else None
+        if name in RULE_CONSTANTS:
+            found.append(f"line {n.lineno}: {name}")  # type: ignore[attr-defined]
+        elif isinstance(n, ast.alias) and n.name in RULE_CONSTANTS:
+            found.append(f"line {n.lineno}: import of {n.name}")
+        elif isinstance(n, ast.Constant) and type(n.value) in (int, float) and abs(n.value) == 9999:
+            found.append(f"line {n.lineno}: the value {n.value}")
+        elif (
+            isinstance(n, ast.BinOp)
+            and isinstance(n.op, ast.Pow)
+            and isinstance(n.left, ast.Constant)
+            and isinstance(n.right, ast.Constant)
+            and (n.left.value, n.right.value) == (2, 31)
+        ):
+            found.append(f"line {n.lineno}: 2**31")
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(set(MODULES) - {CHECKS_MODULE}))
+def test_the_validity_rule_lives_only_in_checks(name: str) -> None:
+    if within(name, TESTING):
+        pytest.skip("the test harness impersonates the servers, and writes their values itself")
+    assert not validity_rule_copies(MODULES[name].read_text(encoding="utf-8")), (
+        "call strands_tito.checks (token_ids, is_token_id_list, logprob_value, logprobs, refuse_logprob_floor, "
+        "logprob_floor_as_missing) instead of restating its rule"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "ok = v < 2**31",
+        "from strands_tito.checks import FLOAT32_OVERFLOW",
+        "ok = abs(v) < checks.FLOAT32_OVERFLOW",
+        "FLOOR = -9999.0",
+        "if v == -9999: pass",
+    ],
+)
+def test_the_validity_rule_check_sees_each_kind_of_copy(source: str) -> None:
+    assert validity_rule_copies(source)
+
+
+def test_the_validity_rule_check_allows_calls_and_other_numbers() -> None:
+    source = "checks.refuse_logprob_floor(v, 'x', E)\nn = 2**32\nm = checks.MAX_INT32\nk = 999"
+    assert validity_rule_copies(source) == []

@@ -8,6 +8,9 @@ accepts, and a value the collector would refuse is refused at the provider, with
 - **Logprob**: an ``int``/``float`` (not ``bool``) that is finite and stays finite as float32 (its magnitude is below
   :data:`FLOAT32_OVERFLOW`), since spans and records store float32. A missing logprob (``None``; NaN in float32
   arrays) is allowed where the caller's :data:`Missing` says so; never at a generated token (``"never"``).
+- **vLLM's floor** (:data:`LOGPROB_FLOOR`, ``-9999.0``): vLLM's stand-in for a missing, NaN or infinite logprob,
+  never a real one: at a generated token it refuses the turn (:func:`refuse_logprob_floor`), at a prompt token it reads
+  as missing (:func:`logprob_floor_as_missing`).
 - **Logprobs recorded or not** (:func:`logprobs_presence`): a trajectory's turns all carry their generated tokens'
   logprobs, or none does (``return_logprob`` off); a trajectory without them holds no logprob array at all (``None``,
   ``null`` in records), never one filled with holes or numbers, and a turn that would mix the two is refused.
@@ -41,6 +44,8 @@ from strands_tito.records import WeightVersionRun
 __all__ = [
     "FINISH_REASONS",
     "FLOAT32_OVERFLOW",
+    "LOGPROB_FLOOR",
+    "MAX_INT32",
     "MAX_TOKEN_ID",
     "ErrorFactory",
     "FinishReason",
@@ -49,10 +54,12 @@ __all__ = [
     "finish_reason",
     "is_token_id_list",
     "logprob_array",
+    "logprob_floor_as_missing",
     "logprob_value",
     "logprobs",
     "logprobs_presence",
     "parse_json_spans",
+    "refuse_logprob_floor",
     "routed_expert_rows",
     "token_id_array",
     "token_ids",
@@ -63,10 +70,14 @@ __all__ = [
 ErrorFactory = Callable[[str], Exception]
 FinishReason = Literal["stop", "length", "abort"]
 FINISH_REASONS: tuple[FinishReason, ...] = ("stop", "length", "abort")
-MAX_TOKEN_ID = 2**31 - 1
+#: The largest int32: ids, indices and counts that spans and records store as int32 stay at or below it.
+MAX_INT32 = 2**31 - 1
+MAX_TOKEN_ID = MAX_INT32
 #: The smallest magnitude whose float32 form is infinite (float32's largest value plus half a unit in the last
 #: place; the tie rounds to infinity). A logprob must be strictly below it.
 FLOAT32_OVERFLOW = 2.0**128 * (1 - 2.0**-25)
+#: vLLM 0.33's value for a missing or infinite logprob (and NaN on its tokens endpoint): never a real log-probability.
+LOGPROB_FLOOR = -9999.0
 
 #: Where a logprob may be missing: ``anywhere``; only at index 0 (``first``, SGLang's input logprobs, whose first
 #: entry is null by protocol); ``never``; or ``all_or_none`` (only for span arrays written before logprobs could be
@@ -152,6 +163,23 @@ def logprob_value(value: Any, where: str, error: ErrorFactory, *, missing_ok: bo
     if abs(number) >= FLOAT32_OVERFLOW:
         raise error(f"{where}: logprob {value!r} is beyond float32's range")
     return number
+
+
+def refuse_logprob_floor(values: list[float | None], where: str, error: ErrorFactory) -> list[float | None]:
+    """Generated tokens' logprobs, none of them vLLM's floor for a missing one (one C-level pass), else ``error``."""
+    if LOGPROB_FLOOR in values:
+        raise error(
+            f"{where}[{values.index(LOGPROB_FLOOR)}]: logprob -9999.0 is vLLM's value for a missing, NaN or infinite "
+            "logprob; a generated token without its real logprob is never recorded as training data"
+        )
+    return values
+
+
+def logprob_floor_as_missing(values: list[Any]) -> list[Any]:
+    """Logprob values with vLLM's floor read as what it stands for: missing (``None``)."""
+    if LOGPROB_FLOOR in values:
+        return [None if v == LOGPROB_FLOOR and v is not True else v for v in values]
+    return values
 
 
 def logprobs(

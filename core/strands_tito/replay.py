@@ -143,7 +143,7 @@ def decode_compact_routing(attributes: Mapping[str, Any], rows: int) -> tuple[by
 def _int32_array(value: Any, key: str) -> Any:
     if isinstance(value, bytes) and len(value) % 4 == 0:
         return np.frombuffer(value, dtype="<i4")
-    if isinstance(value, list | tuple) and all(type(v) is int and 0 <= v < 2**31 for v in value):
+    if isinstance(value, list | tuple) and checks.is_token_id_list(list(value)):
         return np.array(value, dtype=np.int64)
     raise ReplayDataError(f"{key} must be packed int32 bytes or an array of non-negative ints")
 
@@ -215,7 +215,7 @@ def npy_rows(
         raise error(f"routed_experts is not a base64 .npy: {e}") from None
     if array.ndim != 3 or array.shape[0] != tokens - 1 or array.dtype.kind not in "ui":
         raise error(f"routed_experts has shape {array.shape} ({array.dtype}); {tokens - 1} rows needed")
-    bound = 2 ** (8 * array.dtype.itemsize) if array.dtype.kind == "u" else 2**31 - 1
+    bound = 2 ** (8 * array.dtype.itemsize) if array.dtype.kind == "u" else checks.MAX_INT32
     rows = array[max(0, recorded - 1) :].astype("<i4")
-    layout = (int(array.shape[1]), int(array.shape[2]), min(bound, 2**31 - 1))
+    layout = (int(array.shape[1]), int(array.shape[2]), min(bound, checks.MAX_INT32))
     return base64.b64encode(rows.tobytes()).decode("ascii"), layout

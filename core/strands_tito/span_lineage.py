@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strands_tito import checks
 from strands_tito.errors import StrandsTitoError
 
 EPISODE_ID = "tito.episode.id"
@@ -78,7 +79,7 @@ def _optional(attributes: Mapping[str, Any], key: str) -> str | None:
 def decode_lineage(attributes: Mapping[str, Any]) -> Lineage:
     """The lineage a span's attributes carry (every part optional)."""
     index = attributes.get(SAMPLE_INDEX, 0)
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 2**31:
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index <= checks.MAX_INT32:
         raise LineageSchemaError(f"attribute {SAMPLE_INDEX} must be an integer from 0 to 2**31-1")
     return Lineage(
         _optional(attributes, EPISODE_ID),

@@ -70,7 +70,7 @@ STRANDS_ATTRIBUTE_BUDGET = 40
 # be stored, logged and exported whole). Capture's own ids and names are far below them.
 MAX_TRAJECTORY_ID = 512
 MAX_NAME = 1024
-MAX_INDEX = 2**31 - 1
+MAX_INDEX = checks.MAX_INT32
 FINISH_REASONS = checks.FINISH_REASONS
 END_UNITS = ("turns", "calls")
 

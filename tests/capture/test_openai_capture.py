@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
@@ -352,3 +354,83 @@ def test_call_span_decoding() -> None:
         spans.decode_span({**attributes, spans.CALL_INDEX: -1})
     end = spans.decode_span(_call_spans()[-1])
     assert isinstance(end, spans.EndSpan) and end.unit == "calls"
+
+
+# -- one validity rule: a reply the provider path would refuse is never recorded, and never raises in the agent ------
+
+
+class _CraftedChat(BaseHTTPRequestHandler):
+    """A vLLM-shaped ``/v1/chat/completions`` that answers every request with the server's ``reply``."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.dumps(self.server.reply).encode()  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def crafted_reply(output_ids: list[int], logprobs: list[float]) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-crafted",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "prompt_token_ids": [1, 2, 3],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Hi."},
+                "finish_reason": "stop",
+                "token_ids": output_ids,
+                "logprobs": {"content": [{"token": "x", "logprob": v, "top_logprobs": []} for v in logprobs]},
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": len(output_ids), "total_tokens": 3 + len(output_ids)},
+    }
+
+
+@pytest.fixture
+def crafted_server() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _CraftedChat)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def crafted_agent(server: ThreadingHTTPServer) -> Any:
+    host, port = server.server_address[:2]
+    model = OpenAIModel(
+        client_args={"base_url": f"http://{host}:{port}/v1", "api_key": "x", "max_retries": 0},
+        model_id="m",
+        stream=False,
+        params={"logprobs": True},
+    )
+    return make_agent(model, [])  # type: ignore[arg-type]
+
+
+async def test_an_id_beyond_int32_is_refused_not_raised(crafted_server, memory, instrumented, caplog) -> None:  # type: ignore[no-untyped-def]
+    crafted_server.reply = crafted_reply([5, 2**31], [-0.5, -0.25])  # type: ignore[attr-defined]
+    agent = crafted_agent(crafted_server)
+    assert str(await agent.invoke_async("Hello.")).strip() == "Hi."  # the agent's run is untouched
+    assert "call not recorded" in caplog.text and "output token ids are not a list of token ids" in caplog.text
+    log = call_log_of(agent)
+    assert log is None or not log.calls
+    assert not [a for a, _, _ in from_memory(memory) if spans.CALL_INDEX in a]
+
+
+async def test_vllm_logprob_floor_is_never_recorded_as_a_logprob(crafted_server, memory, instrumented) -> None:  # type: ignore[no-untyped-def]
+    crafted_server.reply = crafted_reply([5, 6], [-0.5, -9999.0])  # type: ignore[attr-defined]
+    agent = crafted_agent(crafted_server)
+    assert str(await agent.invoke_async("Hello.")).strip() == "Hi."
+    record = finish(agent, memory)
+    [call] = record.calls
+    assert call.output_ids == [5, 6]
+    assert call.output_logprobs is None and record.trajectory.logprobs is None  # recorded, without invented logprobs

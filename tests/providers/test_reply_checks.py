@@ -292,7 +292,7 @@ def test_vllm_floor_is_missing_at_a_prompt_token_and_refused_at_a_generated_one(
     """vLLM 0.33 writes -9999.0 for a missing, NaN or infinite logprob (``token_in_token_out/serving.py:85-91``;
     ``completion/serving.py:765`` floors ``-inf``): never a real value, so None at a prompt token, and a refused turn
     at an output."""
-    entries: list[Any] = [None, {"11": {"logprob": vllm.LOGPROB_FLOOR}}, {"12": {"logprob": -0.5}}]
+    entries: list[Any] = [None, {"11": {"logprob": checks.LOGPROB_FLOOR}}, {"12": {"logprob": -0.5}}]
     assert vllm.parse_prompt_logprobs(entries, [10, 11, 12], 2, "src") == [None, -0.5]
     with pytest.raises(vllm.VLLMInvalidSampleError, match=r"\[1\]: logprob -9999.0 is vLLM's value"):
         vllm.parse_completion_logprobs({"token_logprobs": [-0.5, -9999.0]}, [7, 8])

@@ -54,8 +54,8 @@ from urllib.parse import urlsplit
 
 from opentelemetry import trace
 
+from strands_tito import checks
 from strands_tito.capture import recorder as capture
-from strands_tito.checks import FLOAT32_OVERFLOW
 from strands_tito.settings import get_settings, variable
 from strands_tito.trajectory import pack_int32
 from strands_tito.upstream import UpstreamChangedError, strands_sdk
@@ -133,21 +133,24 @@ def _get(obj: Any, name: str) -> Any:
 
 
 def _ids(value: Any) -> list[int] | None:
-    if isinstance(value, list | tuple) and all(type(v) is int and v >= 0 for v in value):
-        return list(value)
-    return None
+    """Token ids under the one rule (:func:`strands_tito.checks.is_token_id_list`: int32, non-negative), else None."""
+    ids = list(value) if isinstance(value, tuple) else value
+    return list(ids) if checks.is_token_id_list(ids) else None
 
 
 def _logprob_values(logprobs: Any) -> list[float | None] | None:
+    """The reply's logprobs, each a real one under :mod:`strands_tito.checks` or None: not a number float32 holds
+    finitely, or vLLM's floor for a missing one (the caller then records the call without logprobs)."""
     content = _get(logprobs, "content")
     if not isinstance(content, list):
         return None
     values: list[float | None] = []
     for entry in content:
-        value = _get(entry, "logprob")
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < FLOAT32_OVERFLOW
-        values.append(float(value) if ok else None)
-    return values
+        try:
+            values.append(checks.logprob_value(_get(entry, "logprob"), "logprobs.content", ValueError))
+        except ValueError:
+            values.append(None)
+    return checks.logprob_floor_as_missing(values)
 
 
 @dataclass

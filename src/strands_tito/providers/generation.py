@@ -151,5 +151,5 @@ def finite_logprob(value: Any, where: str, error: type[TokenResponseError]) -> f
 def check_token_ids(value: Any, where: str, error: type[TokenResponseError]) -> list[int]:
     """A list of token ids from a reply (:func:`strands_tito.checks.is_token_id_list`), or ``error``."""
     if not checks.is_token_id_list(value):
-        raise error(f"{where} is not a list of token ids (ints in [0, 2**31 - 1])")
+        raise error(f"{where} is not a list of token ids (non-negative int32 integers)")
     return value

@@ -22,6 +22,7 @@ import orjson
 from strands.models.model import BaseModelConfig
 from transformers import PreTrainedTokenizerBase
 
+from strands_tito import checks
 from strands_tito.checks import WeightVersionSpan
 from strands_tito.providers.generation import InvalidSampleError, weight_versions_of
 from strands_tito.providers.reply_checks import finite_logprobs, keyed_logprobs
@@ -60,9 +61,6 @@ __all__ = [
 ]
 
 _TOKEN_ID_PREFIX = "token_id:"
-#: vLLM 0.33's value for a missing or infinite logprob (and NaN on the tokens endpoint; on ``/v1/completions`` a NaN
-#: fails to render and is a 400): never a real log-probability (docs/providers.md, "No invented logprobs").
-LOGPROB_FLOOR = -9999.0
 #: vLLM's finish for a request its repetition detection stopped (``sampling_params.repetition_detection``): the
 #: tokens are real model output, so the turn is a ``stop`` (``matched_stop`` says why) and the agent sees ``end_turn``.
 REPETITION = "repetition"
@@ -400,24 +398,7 @@ def _generate_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float |
     values = keyed_logprobs(
         content, output_ids, where, VLLMResponseError, missing="never", value_error=VLLMInvalidSampleError
     )
-    return _refuse_floor(values, where)
-
-
-def _refuse_floor(values: list[float | None], where: str) -> list[float | None]:
-    """Generated tokens' logprobs, none of them vLLM's floor for a missing one (one C-level pass)."""
-    if LOGPROB_FLOOR in values:
-        raise VLLMInvalidSampleError(
-            f"{where}[{values.index(LOGPROB_FLOOR)}]: logprob -9999.0 is vLLM's value for a missing, NaN or infinite "
-            "logprob; a generated token without its real logprob is never recorded as training data"
-        )
-    return values
-
-
-def _floor_as_missing(values: list[Any]) -> list[Any]:
-    """Prompt logprobs with vLLM's floor read as what it stands for: missing."""
-    if LOGPROB_FLOOR in values:
-        return [None if v == LOGPROB_FLOOR and v is not True else v for v in values]
-    return values
+    return checks.refuse_logprob_floor(values, where, VLLMInvalidSampleError)
 
 
 def _ids_from_logprob_tokens(logprobs: Any) -> list[int]:
@@ -443,13 +424,15 @@ def _ids_from_logprob_tokens(logprobs: Any) -> list[int]:
 def parse_completion_logprobs(logprobs: Any, output_ids: Sequence[int]) -> list[float | None]:
     """The output tokens' logprobs from a ``/v1/completions`` reply's ``logprobs`` object, one per id in
     ``output_ids``: a missing or malformed list is a :class:`VLLMResponseError`; a non-finite value, or vLLM's
-    floor (``LOGPROB_FLOOR``, what it writes for a missing one), a :class:`VLLMInvalidSampleError`."""
+    floor (:data:`strands_tito.checks.LOGPROB_FLOOR`, what it writes for a missing one), a
+    :class:`VLLMInvalidSampleError`."""
     values = logprobs.get("token_logprobs") if isinstance(logprobs, dict) else None
     where = f"{COMPLETIONS_PATH} logprobs.token_logprobs"
     if not isinstance(values, list) or len(values) != len(output_ids):
         got = len(values) if isinstance(values, list) else type(values).__name__
         raise VLLMResponseError(f"{where}: expected {len(output_ids)} entries, got {got}")
-    return _refuse_floor(finite_logprobs(values, where, VLLMInvalidSampleError, missing="never"), where)
+    checked = finite_logprobs(values, where, VLLMInvalidSampleError, missing="never")
+    return checks.refuse_logprob_floor(checked, where, VLLMInvalidSampleError)
 
 
 def _ids_json(request: GenerationRequest) -> orjson.Fragment | list[int]:
@@ -482,7 +465,7 @@ def parse_prompt_logprobs(entries: Any, input_ids: Sequence[int], new_prompt: in
         if not isinstance(found, dict):
             raise VLLMResponseError(f"{where}[{position}]: no entry for token {input_ids[position]}")
         out.append(found.get("logprob"))
-    return finite_logprobs(_floor_as_missing(out), where, VLLMInvalidSampleError, missing="anywhere")
+    return finite_logprobs(checks.logprob_floor_as_missing(out), where, VLLMInvalidSampleError, missing="anywhere")
 
 
 def _prompt_logprobs_at_once(entries: list[Any], ids: Sequence[int]) -> list[Any] | None:
@@ -499,4 +482,4 @@ def _prompt_logprobs_at_once(entries: list[Any], ids: Sequence[int]) -> list[Any
     if found and set(map(type, found)) != {dict}:
         return None
     head: list[Any] = [None] * nulls
-    return head + _floor_as_missing(list(map(dict.get, found, itertools.repeat("logprob"))))
+    return head + checks.logprob_floor_as_missing(list(map(dict.get, found, itertools.repeat("logprob"))))
