@@ -2,7 +2,7 @@
 
 The agent code knows nothing about Agent Lightning or telemetry: an ordinary Strands agent with strands-tito's
 SGLang model and a tool, plus a reward. Everything else comes from environment variables the controller passes
-(README "Agent Lightning"): the controller's own ``AGL_EVENT_URL``/``AGL_KEY`` name the rollout,
+(docs/agent-lightning.md): the controller's own ``AGL_EVENT_URL``/``AGL_KEY`` name the rollout,
 ``STRANDS_TITO_CAPTURE=1`` and ``OTEL_EXPORTER_OTLP_ENDPOINT`` send each model call's exact tokens to a collector
 started with ``--agl-url``/``--agl-key``, which posts them to the rollout as ``model_request`` events before this
 process is allowed to exit.

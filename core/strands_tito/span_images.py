@@ -15,7 +15,6 @@ SHA-256, so ingest rejects corrupt or truncated images.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import re
@@ -120,14 +119,3 @@ def decode_images(value: Any) -> tuple[list[SpanImage], int | None]:
     if offset != len(value):
         raise ImageSchemaError(f"tito.images has {len(value) - offset} bytes no image accounts for")
     return images, token_id
-
-
-def data_url_bytes(url: str) -> bytes:
-    """The image bytes of a base64 data URL (for checks and exporters)."""
-    match = _DATA_URL.fullmatch(url)
-    if match is None:
-        raise ValueError("not a base64 image data URL")
-    try:
-        return base64.b64decode(match.group(2), validate=True)
-    except binascii.Error as e:
-        raise ValueError(f"bad base64 in data URL: {e}") from e

@@ -265,9 +265,7 @@ class Settings:
     )
     family: str | None = field(
         default=None,
-        metadata=_var(
-            "STRANDS_TITO_FAMILY", "(unset: Qwen3)", "the model family `python -m strands_tito.demo_agent` runs"
-        ),
+        metadata=_var("STRANDS_TITO_FAMILY", "(unset: Qwen3)", "the model family `strands-tito demo` runs"),
     )
 
     @property

@@ -6,6 +6,7 @@ The quick start is taken from the README itself: its engine command is run as wr
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -140,3 +141,45 @@ def test_code_cites_only_markdown_files_in_the_repository() -> None:
                 if not any((base / name).exists() for base in (ROOT, ROOT / "docs", source.parent)):
                     missing.append(f"{source.relative_to(ROOT)}: {name}")
     assert not missing, missing
+
+
+def _repository_texts() -> Iterator[tuple[str, str]]:
+    """``(name, text)`` of the docs and the repository's own Python files (what a reader follows references in)."""
+    for doc in [README, ROOT / "BENCHMARKS.md", *DOCS]:
+        yield doc.name, doc.read_text(encoding="utf-8")
+    tracked = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for name in tracked.stdout.splitlines():
+        if (ROOT / name).exists():
+            yield name, (ROOT / name).read_text(encoding="utf-8")
+
+
+#: Modules of other programs that the docs tell a reader to run (not installed here).
+FOREIGN_MODULES = {"sglang.launch_server", "vllm.entrypoints.openai.api_server"}
+
+
+def test_every_python_m_command_names_a_module_that_exists() -> None:
+    missing = []
+    for name, text in _repository_texts():
+        for module in re.findall(r"python3? -m ([A-Za-z_][\w.]*\w)", text):
+            if module in FOREIGN_MODULES or module.split(".")[0] in {"pip", "venv", "pytest", "http"}:
+                continue
+            try:
+                found = importlib.util.find_spec(module) is not None
+            except ModuleNotFoundError:
+                found = False
+            if not found:
+                missing.append(f"{name}: python -m {module}")
+    assert not missing, missing
+
+
+def test_every_cited_readme_section_exists() -> None:
+    headings = set(re.findall(r"^#+ (.+?)\s*$", README.read_text(encoding="utf-8"), re.MULTILINE))
+    citation = re.compile(r"README \x22([^\x22]+)\x22")  # README, a space, a quoted heading
+    cited = [(name, section) for name, text in _repository_texts() for section in citation.findall(text)]
+    assert not [c for c in cited if c[1] not in headings], cited
