@@ -119,6 +119,16 @@ MISTAKES: dict[str, tuple[Callable[[Collector], dict[str, str]], Callable[[Colle
         lambda c: {"OTEL_EXPORTER_OTLP_ENDPOINT": c.http, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"},
         lambda c: [f"{c.http} speaks HTTP/1", "unset OTEL_EXPORTER_OTLP_PROTOCOL", "gRPC port"],
     ),
+    # Strands' other spans too (the standard sampler variable): they go through the SDK's batch processor, whose exit
+    # flush would wait out the exporter's retries.
+    "gRPC to the HTTP port, every span recorded": (
+        lambda c: {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": c.http,
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+            "OTEL_TRACES_SAMPLER": "parentbased_always_on",
+        },
+        lambda c: [f"{c.http} speaks HTTP/1"],
+    ),
 }
 
 
