@@ -179,11 +179,13 @@ def test_a_url_that_answers_but_is_not_a_receiver_is_named(engine: LocalEngine, 
     lines = [line for line in run_agent(engine, env).splitlines() if line.strip()]
     [reported] = lines
     assert f"{engine.base_url}/v1/traces answers (HTTP 404" in reported, reported
-    assert "is not an OTLP/HTTP trace receiver" in reported and "OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:4318" in reported
+    assert (
+        "is not an OTLP/HTTP trace receiver" in reported and "OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:4318" in reported
+    )
     assert str(spool_dir) in reported
 
 
-# -- the check on its own, against servers on 127.0.0.1 -----------------------------------------------------------------
+# -- the check on its own, against servers on 127.0.0.1 ----------------------------------------------------------------
 
 
 def test_a_working_collector_is_not_reported(collector: Collector) -> None:

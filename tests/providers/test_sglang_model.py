@@ -137,7 +137,7 @@ async def test_first_prompt_logprobs_are_recorded_when_asked(start_engine, qwen3
     assert_matches_engine(asked.trajectory, [on])
 
 
-# -- the routed-experts layout, found without the user or refused at construction ---------------------------------------
+# -- the routed-experts layout, found without the user or refused at construction --------------------------------------
 
 
 def test_the_layout_is_read_from_the_tokenizers_model_folder(start_engine, qwen3, tmp_path) -> None:  # type: ignore[no-untyped-def]

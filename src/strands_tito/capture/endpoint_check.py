@@ -208,7 +208,7 @@ def _certificate() -> str:
 
 def _headers() -> dict[str, str]:
     value = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or os.environ.get("OTEL_EXPORTER_OTLP_HEADERS", "")
-    return parse_env_headers(value, liberal=True)
+    return dict(parse_env_headers(value, liberal=True))
 
 
 def _looks_like_http2(reply: bytes) -> bool:

@@ -62,7 +62,8 @@ def _config_file(name_or_path: str) -> Path | None:
     if folder.is_dir():
         return folder / "config.json" if (folder / "config.json").is_file() else None
     try:
-        from transformers.utils import try_to_load_from_cache
+        # Public in transformers.utils (huggingface_hub's, re-exported without __all__); offline, never downloads.
+        from transformers.utils import try_to_load_from_cache  # type: ignore[attr-defined]
 
         cached = try_to_load_from_cache(name_or_path, "config.json")
     except Exception:  # not a valid repository id: nothing cached under that name
