@@ -227,7 +227,8 @@ class Settings:
         metadata=_var(
             "STRANDS_TITO_FLUSH_TIMEOUT",
             "10",
-            "seconds the exit flush waits for the collector's acknowledgement (what is left stays in the spool)",
+            "seconds the exit flush waits for the collector's acknowledgement (what is left stays in the spool); "
+            "no wait at all for an endpoint capture reported as unreachable or wrong that still fails at exit",
         ),
     )
     max_image_bytes: int = field(

@@ -15,6 +15,7 @@ import transformers
 from strands_tito.testing.engine import Reply, Script, routed_experts_for
 
 from ..helpers.agents import generate_records
+from ..helpers.moe import moe_model_dir
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 XML_CALL = (
@@ -45,10 +46,12 @@ def test_quickstart_examples(start_engine, qwen3, monkeypatch, capsys, example: 
     assert len(mask) == len(tokens) and sum(mask) == sum(len(r.output_ids or []) for r in records)
 
 
-def test_slime_generate_example(start_engine, qwen3, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_slime_generate_example(start_engine, qwen3, monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     code_call = '<tool_call>\n{"name": "execute_python_code", "arguments": {"code": "print(6 * 7)"}}\n</tool_call>'
     engine = start_engine(
-        Script(turns=[Reply(text=code_call), Reply(text="The answer is \\boxed{42}.")]), routed_experts=(4, 2, 16)
+        Script(turns=[Reply(text=code_call), Reply(text="The answer is \\boxed{42}.")]),
+        routed_experts=(4, 2, 16),
+        model_path=str(moe_model_dir(tmp_path / "moe", (4, 2, 16))),  # the served checkpoint: the routing layout
     )
     monkeypatch.syspath_prepend(str(EXAMPLES))
     module = runpy.run_path(str(EXAMPLES / "slime_generate.py"))

@@ -52,6 +52,7 @@ from strands_tito.trajectory import Trajectory
 from ..helpers.agents import calculator, generate_records, hermes_call, make_agent, make_model
 from ..helpers.agl_trainer import train_batch
 from ..helpers.collector import PB, CollectorProcess, free_port
+from ..helpers.moe import moe_model_dir
 from ..helpers.otlp import all_spans, make_request, random_trajectory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -418,7 +419,6 @@ def test_events_are_agent_lightning_shapes() -> None:
 # -- R3: routed experts to the trainer ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("layout", [(3, 2, 8), None])
 async def test_r3_routing_reaches_the_trainer_as_the_engine_routed(
     agl: AglServer,
     start_engine: Callable[..., LocalEngine],
@@ -426,20 +426,18 @@ async def test_r3_routing_reaches_the_trainer_as_the_engine_routed(
     memory: InMemorySpanExporter,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    layout: tuple[int, int, int] | None,
 ) -> None:
     """A real agent on an MoE engine (routing on), captured, through the collector to Agent Lightning's server; the
     trainer's own batch builder with R3 required gets one row whose routing is the engine's, position by position.
-    Without the model's layout the routing cannot be shaped for the trainer, and R3 stops there, as it would."""
-    rollout_id = f"r3-{layout is not None}"
+    (Without a layout to find, the model is not built at all: see the next test.)"""
+    rollout_id = "r3-given"
     agl.create(rollout_id)
     monkeypatch.setenv("AGL_EVENT_URL", agl.event_url(rollout_id))
     engine = start_engine(
         Script(turns=[Reply(text=hermes_call("calculator", expression="5 - 3")), Reply(text="It is 2.")]),
         routed_experts=(3, 2, 8),
     )
-    config: dict[str, Any] = {"routed_experts_layout": layout} if layout else {}
-    model = make_model(engine, qwen3, return_routed_experts=True, model_id="policy", **config)
+    model = make_model(engine, qwen3, return_routed_experts=True, model_id="policy", routed_experts_layout=(3, 2, 8))
     agent = make_agent(model, [calculator])
     await agent.invoke_async("What is 5-3?")
     capture.record_reward(1.0, agent=agent)
@@ -451,11 +449,6 @@ async def test_r3_routing_reaches_the_trainer_as_the_engine_routed(
     raw = [e for e in agl.events(rollout_id) if e["event_type"] == "model_request"]
     completed = await asyncio.to_thread(trainer_reads, agl, rollout_id)
     assert_matches_trajectory(completed, trajectory, "policy")
-    if layout is None:
-        assert all("routed_experts" not in e["data"] for e in raw)
-        with pytest.raises(RuntimeError, match=f"R3 requires routed_experts for rollout {rollout_id}"):
-            train_batch([completed], require_routed_experts=True)
-        return
     # Only the chain's last event carries routing, for the whole sequence (the server would drop it elsewhere).
     assert [("routed_experts" in e["data"]) for e in raw] == [False, True]
     batch = train_batch([completed], require_routed_experts=True)
@@ -469,6 +462,82 @@ async def test_r3_routing_reaches_the_trainer_as_the_engine_routed(
     [prompt] = batch["prompts"]
     [response] = batch["responses"]
     assert prompt[4096 - n :].tolist() + response[: length - n].tolist() == trajectory.token_ids
+
+
+# The README's R3 model as an agent process: routing asked for, no layout given (the tokenizer comes from $TOKENIZER).
+R3_AGENT = """
+import os
+from strands import Agent, tool
+from strands.agent.conversation_manager import NullConversationManager
+from transformers import AutoTokenizer
+from strands_tito import SGLangModel, record_reward
+
+@tool
+def add(a: int, b: int) -> int:
+    "Add two integers."
+    return a + b
+
+model = SGLangModel(
+    tokenizer=AutoTokenizer.from_pretrained(os.environ["TOKENIZER"]),
+    base_url=os.environ["SGLANG_URL"],
+    model_id="policy",
+    return_routed_experts=True,
+)
+agent = Agent(model=model, tools=[add], conversation_manager=NullConversationManager(), callback_handler=None)
+print(agent("What is 25 + 17? Use the add tool."))
+record_reward(1.0, agent=agent)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("found_in", ["tokenizer folder", "server model path", "nowhere"])
+def test_r3_without_a_layout_reaches_the_trainer_or_refuses_at_construction(
+    agl: AglServer,
+    collector: AglCollector,
+    start_engine: Callable[..., LocalEngine],
+    qwen3: Any,
+    tokenizer_dir: Path,
+    tmp_path: Path,
+    found_in: str,
+) -> None:
+    """``SGLangModel(..., return_routed_experts=True)`` with no layout, in an agent process started with the
+    controller's variables and capture's: the layout comes from the served model's config.json (the tokenizer's
+    folder, or the folder the server reports), and the trainer, R3 required, gets the engine's routing; found
+    nowhere, the process stops at construction with one line saying what to pass, and sends nothing."""
+    rollout_id = f"r3-found-in-{found_in.replace(' ', '-')}"
+    agl.create(rollout_id)
+    served = moe_model_dir(tmp_path / "Qwen3-MoE", (3, 2, 8), tokenizer=qwen3)
+    engine = start_engine(
+        Script(turns=[Reply(text=hermes_call("add", a=25, b=17)), Reply(text="25 + 17 = 42.")]),
+        routed_experts=(3, 2, 8),
+        model_path=str(served) if found_in == "server model path" else "org/not-cached-anywhere",
+    )
+    tokenizer = served if found_in == "tokenizer folder" else tokenizer_dir
+    env = agent_env(agl, rollout_id, collector, SGLANG_URL=engine.base_url, TOKENIZER=str(tokenizer))
+    done = subprocess.run(
+        [sys.executable, "-c", R3_AGENT], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    if found_in == "nowhere":
+        assert done.returncode != 0
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith("strands_tito.providers.moe_layout.RoutedExpertsLayoutError: "), done.stderr[-2000:]
+        assert "pass routed_experts_layout=(num_hidden_layers, num_experts_per_tok, num_experts)" in last
+        assert not generate_records(engine) and not agl.events(rollout_id)
+        return
+    assert done.returncode == 0, done.stderr[-3000:]
+    completed = trainer_reads(agl, rollout_id)
+    raw = [e for e in agl.events(rollout_id) if e["event_type"] == "model_request"]
+    assert [("routed_experts" in e["data"]) for e in raw] == [False, True]
+    calls = generate_records(engine)
+    token_ids = (calls[-1].input_ids or []) + (calls[-1].output_ids or [])
+    batch = train_batch([completed], require_routed_experts=True)  # R3 required: raises without routing
+    [routes] = batch["routed_experts"]
+    [prompt] = batch["prompts"]
+    n = len(calls[0].input_ids or [])
+    expected = routed_experts_for(token_ids, 0, 3, 2, 8)  # what the engine routed, (len - 1, 3, 2)
+    assert prompt[4096 - n :].tolist() == token_ids[:n]
+    assert np.array_equal(routes[4096 - n : 4096], expected[:n])
+    assert np.array_equal(routes[4096 : 4096 + len(token_ids) - 1 - n], expected[n:])
 
 
 # -- real agents, started as Agent Lightning's controller starts them -------------------------------------------------

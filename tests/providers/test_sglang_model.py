@@ -18,6 +18,7 @@ from strands_tito.replay import top_p_rows
 from strands_tito.testing.engine import Reply, Script, routed_experts_for
 
 from ..helpers.agents import assert_matches_engine, calculator, generate_records, hermes_call, make_agent, make_model
+from ..helpers.moe import moe_model_dir
 
 
 async def test_input_logprobs_start_one_token_before_each_new_prompt(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
@@ -47,12 +48,13 @@ async def test_input_logprobs_start_one_token_before_each_new_prompt(start_engin
         assert all(lp is not None for lp in trajectory.logprobs[turn.prompt_start : turn.output_start])
 
 
-async def test_routed_experts_are_asked_from_one_before_each_new_prompt(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+async def test_routed_experts_are_asked_from_one_before_each_new_prompt(start_engine, qwen3, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """SGLang returns routing from ``routed_experts_start_len``; each turn asks from its first unrecorded position, so
     the slices stitch into the whole sequence's routing (checked for both providers in test_token_model.py)."""
     engine = start_engine(
         Script(turns=[Reply(text=hermes_call("calculator", expression="5 - 3")), Reply(text="2")]),
         routed_experts=(3, 2, 8),
+        model_path=str(moe_model_dir(tmp_path / "moe", (3, 2, 8))),
     )
     model = make_model(engine, qwen3, return_routed_experts=True)
     await make_agent(model, [calculator]).invoke_async("5-3?")
@@ -133,3 +135,52 @@ async def test_first_prompt_logprobs_are_recorded_when_asked(start_engine, qwen3
     assert len(served) == prompt and served[0] is None and None not in served[1:]
     assert asked.trajectory.logprobs[:prompt] == served
     assert_matches_engine(asked.trajectory, [on])
+
+
+# -- the routed-experts layout, found without the user or refused at construction --------------------------------------
+
+
+def test_the_layout_is_read_from_the_tokenizers_model_folder(start_engine, qwen3, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``AutoTokenizer.from_pretrained(folder)`` of the served checkpoint: its config.json gives the layout, with no
+    request to the server (its model path says nothing)."""
+    from transformers import AutoTokenizer
+
+    folder = moe_model_dir(tmp_path / "Qwen3-MoE", (5, 3, 300), tokenizer=qwen3)
+    engine = start_engine(model_path="unknown/elsewhere")
+    model = make_model(engine, AutoTokenizer.from_pretrained(str(folder)), return_routed_experts=True)
+    assert model.config["routed_experts_layout"] == (5, 3, 300)
+    assert not any(r.path.endswith("model_info") for r in engine.records)
+
+
+def test_the_layout_is_read_from_the_servers_model_path(start_engine, qwen3, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A tokenizer built elsewhere; the server reports the folder it serves (a real SGLang started with
+    ``--model-path /models/...`` does), and its config.json gives the layout; a layout given wins."""
+    engine = start_engine(model_path=str(moe_model_dir(tmp_path / "served", (4, 2, 16))))
+    assert make_model(engine, qwen3, return_routed_experts=True).config["routed_experts_layout"] == (4, 2, 16)
+    given = make_model(engine, qwen3, return_routed_experts=True, routed_experts_layout=(3, 2, 8))
+    assert given.config["routed_experts_layout"] == (3, 2, 8)
+
+
+def test_without_a_layout_the_model_refuses_at_construction(start_engine, qwen3, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Nowhere to read it (a Hub id not in the cache, a dense model's config, no server): one line saying what to
+    pass, before any rollout; routing off needs nothing."""
+    from strands_tito.providers.sglang import RoutedExpertsLayoutError, SGLangModel
+
+    engine = start_engine(model_path="org/not-cached-anywhere")
+    with pytest.raises(RoutedExpertsLayoutError) as refused:
+        make_model(engine, qwen3, return_routed_experts=True)
+    message = str(refused.value)
+    assert "\n" not in message and "'org/not-cached-anywhere'" in message
+    assert "pass routed_experts_layout=(num_hidden_layers, num_experts_per_tok, num_experts)" in message
+    dense = tmp_path / "dense"
+    dense.mkdir()
+    (dense / "config.json").write_text('{"num_hidden_layers": 28, "model_type": "qwen3"}')
+    engine = start_engine(model_path=str(dense))
+    with pytest.raises(RoutedExpertsLayoutError, match="not an MoE config"):
+        make_model(engine, qwen3, return_routed_experts=True)
+    with pytest.raises(RoutedExpertsLayoutError, match="did not answer"):
+        SGLangModel(tokenizer=qwen3, base_url="http://127.0.0.1:9", return_routed_experts=True)
+    model = make_model(engine, qwen3)  # routing off: nothing to find
+    with pytest.raises(RoutedExpertsLayoutError):
+        model.update_config(return_routed_experts=True)
+    assert not model.config.get("return_routed_experts") and "routed_experts_layout" not in model.config

@@ -57,6 +57,7 @@ from ..helpers.agents import (
     make_agent,
     slow_echo,
 )
+from ..helpers.moe import moe_model_dir
 
 #: Malformed reply kinds the engine serves (``Fault.malformed``).
 MALFORMED = ("missing_output_ids", "logprobs_wrong_length", "nan_logprob", "missing_meta_info", "wrong_types")
@@ -330,12 +331,15 @@ async def test_qwen_xml_parser_and_multi_invocation_episode(start_engine, qwen3,
     assert_matches_engine(trajectory, backend.records(engine))
 
 
-async def test_routed_experts_cover_every_position_but_the_last(start_engine, qwen3, backend: Backend) -> None:  # type: ignore[no-untyped-def]
+async def test_routed_experts_cover_every_position_but_the_last(
+    start_engine, qwen3, backend: Backend, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     """Each turn keeps the routing of its new positions; stitched, they equal the engine's routing of the whole
     sequence, and so does the ``.npy`` a trainer gets."""
     engine = start_engine(
         Script(turns=[Reply(text=hermes_call("calculator", expression="5 - 3")), Reply(text="2")]),
         routed_experts=(3, 2, 8),
+        model_path=str(moe_model_dir(tmp_path / "moe", (3, 2, 8))),  # SGLang: the layout is read from its config
     )
     model = backend.model(engine, qwen3, return_routed_experts=True)
     await make_agent(model, [calculator]).invoke_async("5-3?")

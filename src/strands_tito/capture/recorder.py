@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.capture.deferred import call_when_released, run_released_calls
-from strands_tito.capture.endpoint_check import endpoint_unreachable
+from strands_tito.capture.endpoint_check import endpoint_still_failing
 from strands_tito.capture.lineage import attach_span_tree, lineage_of
 from strands_tito.errors import StrandsTitoError
 from strands_tito.exporters import ExporterSettings, make_exporter
@@ -500,8 +500,8 @@ def shutdown_capture(timeout: float | None = None) -> None:
     if flush is None:
         return
     limit = timeout if timeout is not None else get_settings().flush_timeout
-    quiet = endpoint_unreachable()
-    if quiet:  # already reported, and it still refuses connections: to the spool at once, no wait
+    quiet = endpoint_still_failing()
+    if quiet:  # already reported, and it still fails: to the spool at once, no wait for the exporter's retries
         limit = 0.0
     deadline = time.monotonic() + limit
     # strands-tito's own processors first, so that a slow processor of the application's cannot use up the time

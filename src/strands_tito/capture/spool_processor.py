@@ -48,6 +48,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from strands_tito import spans
+from strands_tito.capture.endpoint_check import endpoint_reported
 from strands_tito.capture.recorder import note_dropped
 from strands_tito.capture.spool import Spool, SpoolError, encode_request
 from strands_tito.capture.spool_queue import BATCH_SPANS, SpanQueue, estimate_size
@@ -168,7 +169,7 @@ class SpoolingSpanProcessor(SpanProcessor):
         self._save_everything()
         self._sender.join(0.2)
         self.spool.close()
-        if self.spool.pending_bytes:
+        if self.spool.pending_bytes and not endpoint_reported():  # else the endpoint's line named the spool
             logger.warning(
                 "bytes=<%d>, spool=<%s> | undelivered strands-tito spans stay in the spool for the next process",
                 self.spool.pending_bytes,

@@ -206,15 +206,6 @@ def otlp_endpoint() -> str:
     return f"{otlp_protocol()} default"
 
 
-def _endpoint_url() -> str:
-    """The URL the OTLP trace exporter sends to (the SDK's defaults when no variable names one)."""
-    for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
-        value = os.environ.get(name, "").strip()
-        if value:
-            return value
-    return "localhost:4317" if otlp_protocol() == "grpc" else "http://localhost:4318"
-
-
 def otlp_processor() -> SpanProcessor:
     """The OTLP span processor capture adds: strands-tito spans through the disk spool (``STRANDS_TITO_SPOOL=0``:
     the SDK's plain ``BatchSpanProcessor``, which drops spans when its queue is full), other spans batched as usual.
@@ -223,7 +214,7 @@ def otlp_processor() -> SpanProcessor:
         CaptureConfigError: ``OTEL_BSP_SCHEDULE_DELAY`` is not a positive integer, or the spool directory cannot be
             used.
     """
-    from strands_tito.capture.endpoint_check import watch_endpoint
+    from strands_tito.capture.endpoint_check import GivingUpExporter, export_target, watch_endpoint
     from strands_tito.capture.spool import ENV_SPOOL_DIR, Spool, default_spool_root, spool_key
     from strands_tito.capture.spool_processor import OtlpCaptureProcessor, SpoolingSpanProcessor
 
@@ -239,16 +230,16 @@ def otlp_processor() -> SpanProcessor:
         spool = Spool(default_spool_root() / spool_key(service, otlp_endpoint()))
     except (ValueError, OSError) as e:
         raise CaptureConfigError(f"trace spool: {e} ({ENV_SPOOL_DIR})") from e
-    watch_endpoint(_endpoint_url(), otlp_protocol(), spool.parent)
+    watch_endpoint(export_target(otlp_protocol()), spool.parent)
     spooling = SpoolingSpanProcessor(
-        otlp_exporter(),
+        GivingUpExporter(otlp_exporter()),
         spool,
         schedule_delay=int(delay) / 1000,
         max_bytes=settings.spool_max_bytes,
         queue_spans=settings.spool_queue_spans,
         queue_bytes=settings.spool_queue_bytes,
     )
-    return OtlpCaptureProcessor(spooling, BatchSpanProcessor(otlp_exporter()))
+    return OtlpCaptureProcessor(spooling, BatchSpanProcessor(GivingUpExporter(otlp_exporter())))
 
 
 def _configurator_exports_otlp() -> bool:

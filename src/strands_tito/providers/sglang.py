@@ -23,6 +23,7 @@ from strands_tito import checks
 from strands_tito.checks import Missing, WeightVersionSpan
 from strands_tito.errors import GenerationError
 from strands_tito.providers.generation import InvalidSampleError, weight_versions_of
+from strands_tito.providers.moe_layout import RoutedExpertsLayoutError, find_layout
 from strands_tito.providers.reply_checks import triple_logprobs
 from strands_tito.providers.sglang_client import SGLangClient
 from strands_tito.providers.token_model import (
@@ -43,6 +44,7 @@ __all__ = [
     "STATE_KEY",
     "HistoryRewrittenError",
     "ImagesNotSupportedError",
+    "RoutedExpertsLayoutError",
     "SGLangAbortedError",
     "SGLangConfig",
     "SGLangInvalidSampleError",
@@ -104,9 +106,13 @@ class SGLangModel(TokenModel):
             sampling_params: SGLang sampling parameters; ``skip_special_tokens`` defaults to False so tool markup that
                 uses special tokens survives in the text.
             return_logprob: Record logprobs (default True).
-            return_routed_experts: Record MoE routing per turn (R3; needs ``--enable-return-routed-experts``).
-            routed_experts_layout: ``(num_layers, top_k, num_experts)`` of the served MoE model: routing then travels
-                compact (uint8/uint16) and records and Agent Lightning events carry it as a ``.npy`` of that shape.
+            return_routed_experts: Record MoE routing per turn (R3; needs ``--enable-return-routed-experts``). The
+                routing layout is then found in the served model's ``config.json``: the tokenizer's folder (or its
+                Hub id in the local Hugging Face cache), else the model path the server reports; found nowhere, the
+                model refuses to be built and says to pass ``routed_experts_layout``.
+            routed_experts_layout: ``(num_hidden_layers, num_experts_per_tok, num_experts)`` of the served MoE model
+                (found as above when not given): routing travels compact (uint8/uint16) and records and Agent
+                Lightning events carry it as a ``.npy`` of that shape.
             return_top_p: Record, per generated token, the token ids the top-p sampler kept (slime's top-p replay;
                 sends ``custom_params.return_top_p_token_ids``, which needs slime's SGLang top-p patch).
             enable_thinking: Passed to the chat template; None keeps the template's default.
@@ -158,7 +164,17 @@ class SGLangModel(TokenModel):
         )
 
     def update_config(self, **model_config: Any) -> None:
-        """Update configuration keys (see :class:`SGLangConfig`)."""
+        """Update configuration keys (see :class:`SGLangConfig`).
+
+        Raises:
+            RoutedExpertsLayoutError: ``return_routed_experts`` is on and the routing layout is neither given nor
+                found (see :class:`SGLangConfig`); the configuration is left as it was.
+        """
+        wants_routing = model_config.get("return_routed_experts", self.config.get("return_routed_experts", False))
+        layout = model_config.get("routed_experts_layout", self.config.get("routed_experts_layout"))
+        if wants_routing and layout is None:
+            # Without the layout the routing could not be shaped for a trainer and would be left off every record.
+            model_config["routed_experts_layout"] = find_layout(self.tokenizer, getattr(self.client, "base_url", None))
         super().update_config(**model_config)
 
     def get_config(self) -> SGLangConfig:
