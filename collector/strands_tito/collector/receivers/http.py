@@ -59,8 +59,8 @@ class _Refuse(Exception):
 
 
 class _State(enum.Enum):
-    IDLE = "idle"  # no byte of a request yet: a new connection, or a keep-alive one between requests
-    HEAD = "head"  # part of a request head
+    IDLE = "idle"  # a keep-alive connection between requests
+    HEAD = "head"  # a request head on its way (a new connection's included, before its first byte)
     BUSY = "busy"  # a request past its head: its body, its processing, its answer
     GONE = "gone"  # out of the table: closing, or answered outside it
 
@@ -81,8 +81,8 @@ class HttpReceiver:
     """Serves OTLP/HTTP through the shared accept path.
 
     Admission: up to ``max_connections`` connections are held; when the table is full, a new connection takes the
-    place of the connection idle longest (no byte of a request since it opened or since its last answer), else of the
-    one whose request head has been arriving longest; the connection it takes is answered ``503`` with
+    place of the keep-alive connection idle longest, else of the one whose request head has been arriving longest
+    (a connection that sent nothing since it opened included); the connection it takes is answered ``503`` with
     ``Retry-After`` (a request that raced in gets that answer) and closed. Requests past their head are bounded by
     ``max_requests`` (below ``max_connections``, so the table always holds a connection a newcomer can take); past
     it a request is answered ``503`` with ``Retry-After`` on its head, its body read and discarded. A connection
@@ -193,7 +193,8 @@ class HttpReceiver:
             self._busy += 1
 
     def _admit(self, conn: _Connection) -> bool:
-        """Give ``conn`` a place, evicting the longest idle connection or else the oldest unfinished head."""
+        """Give ``conn`` a place, evicting the keep-alive connection idle longest or else the oldest unfinished head
+        (a new connection that sent nothing is one)."""
         if self.connections >= self.max_connections:
             victim = next(iter(self._idle), None) or next(iter(self._heads), None)
             if victim is None:
@@ -202,7 +203,7 @@ class HttpReceiver:
             self._move(victim, _State.GONE)
             victim.evicted = True
             victim.task.cancel()
-        self._move(conn, _State.IDLE)
+        self._move(conn, _State.HEAD)  # a new connection is a head not begun: the youngest of them
         return True
 
     def _note_displaced(self, outcome: str) -> None:
@@ -241,7 +242,7 @@ class HttpReceiver:
                     self._per_peer[conn.peer] = left
         except asyncio.CancelledError:
             if not conn.evicted:
-                raise
+                return  # the receiver is closing
             task.uncancel()
             await _refuse(
                 reader, writer, 503, "connection closed to make room; retry", {"retry-after": str(retry_after())}
@@ -314,7 +315,8 @@ class HttpReceiver:
         """The next request head (or ``ConnectionClosed``): a new connection has ``head_timeout`` for it, a
         keep-alive one (``kept``) ``keepalive_timeout`` for its first byte and ``head_timeout`` from there."""
         loop = asyncio.get_running_loop()
-        if http.trailing_data[0]:  # a pipelined request
+        received = bool(http.trailing_data[0])  # a pipelined request
+        if received:
             self._move(conn, _State.HEAD)
             kept = False
         try:
@@ -324,13 +326,14 @@ class HttpReceiver:
                     if event is not h11.NEED_DATA:
                         return event
                     data = await reader.read(READ_SIZE)
-                    if data and conn.state is _State.IDLE:
+                    if data and not received:
+                        received = True
                         self._move(conn, _State.HEAD)
                         if kept:
                             deadline.reschedule(loop.time() + self.head_timeout)
                     http.receive_data(data)
         except TimeoutError:
-            if conn.state is _State.IDLE:
+            if not received:
                 raise _Idle from None
             raise _Refuse(408, "request head not received in time") from None
 
