@@ -352,3 +352,21 @@ def test_health_is_answered_while_every_kind_of_flood_runs_at_once(tmp_path: Pat
     finally:
         close_all(slow)
         stop(proc)
+
+
+def test_the_collector_raises_its_file_descriptor_limit_and_bounds_connections_by_it(tmp_path: Path) -> None:
+    """Started with a soft limit of 1024, the collector raises it to the hard limit, holds up to three quarters of
+    it by default, and says so in the log and `/metrics`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+    try:
+        proc, port = start(tmp_path, "--log-level", "INFO")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        expected = hard if hard != resource.RLIM_INFINITY else 1 << 20
+        assert held(port, "strands_tito_file_limit") == expected
+        assert held(port, "strands_tito_http_connection_limit") == min(65536, expected - expected // 4)
+    finally:
+        _, _, err = stop(proc)
+    assert f"file_limit=<{expected}>, was=<1024> | raised the file descriptor limit" in err
