@@ -138,7 +138,7 @@ class Collector:
             raise BindError(f"cannot listen on {config.host}:{config.http_port} (HTTP): {e.strerror or e}") from e
         if config.grpc_port is None:
             return
-        self._grpc = GrpcReceiver(self.accept, config.max_decompressed_bytes, max(config.head_timeout, 1.0) * 10)
+        self._grpc = GrpcReceiver(self.accept, config.max_decompressed_bytes, max(config.keepalive_timeout, 1.0) * 10)
         address = f"{config.grpc_host or config.host}:{config.grpc_port}"
         tls = (config.tls_cert, config.tls_key) if config.tls_cert is not None and config.tls_key is not None else None
         try:
