@@ -3,17 +3,21 @@
 HTTP/1.1 framing is h11's (a maintained, RFC 9112 parser; the numbers that chose it are in BENCHMARKS.md); this
 module adds only what h11 leaves to the server, in the order a request arrives:
 
-- connections are bounded (``max_connections``): one more gets ``503`` with ``Retry-After`` and is closed at once,
-  and a burst of refusals is logged as one line when it starts and one when it ends, not a line per socket;
-- the request head must arrive within ``head_timeout`` (an idle keep-alive connection is closed quietly, a half-sent
-  head gets 408) and is at most 64 KiB;
+- connections are admitted by :class:`HttpReceiver` (``max_connections``, ``max_connections_per_peer``): when the
+  table is full the keep-alive connection idle longest, else the oldest unfinished head, makes room with a ``503``;
+  a burst of displaced connections is logged as one line when it starts and one when it ends, not a line per socket;
+- a new connection's request head must arrive within ``head_timeout``, a keep-alive connection's next request start
+  within ``keepalive_timeout`` and its head within ``head_timeout`` of its first byte (a connection that sent nothing
+  is closed quietly, a half-sent head gets 408); a head is at most 64 KiB;
+- requests past their head are bounded (``max_requests``): one more is ``503`` on its head;
 - the bearer token and the declared length are checked on the head, *before* the body is read: a wrong token is
   ``401`` and a declared body over ``max_body`` is ``413``, both without reading it; a chunked body is counted as it
   arrives and cut at ``max_body``; a request with both ``Content-Length`` and ``Transfer-Encoding`` is refused
   (``400``; RFC 9112 §6.3 allows rejecting it, and it is a request-smuggling vector behind a proxy);
 - the body must arrive within ``body_timeout`` (408).
 
-Every error answer closes the connection after it is written. Answers follow the OTLP/HTTP spec: 200 with an
+Every error answer closes the connection after it is written, and what the client still sends is read and
+discarded for a moment, so that it reads the answer rather than a reset. Answers follow the OTLP/HTTP spec: 200 with an
 ``ExportTraceServiceResponse`` (partial success when spans were refused), errors as a ``google.rpc.Status`` in the
 request's encoding, 503 with ``Retry-After`` when busy.
 """
