@@ -44,6 +44,12 @@ MAX_MESSAGE = 4000
 """Longest reason sent back (a partial-success message joins one reason per rejected span)."""
 
 
+def retry_after() -> int:
+    """Seconds a refused client is told to wait (``Retry-After``): 1 to 3, spread so a burst does not come back at
+    once."""
+    return _JITTER.randint(1, 3)
+
+
 class Verdict(enum.Enum):
     """What became of a submission."""
 
@@ -166,7 +172,7 @@ class AcceptPath:
             return Outcome(Verdict.TOO_LARGE, f"body exceeds {self.limits.max_body_bytes} bytes")
         busy = self.overloaded()
         if busy is not None:
-            return Outcome(Verdict.UNAVAILABLE, f"collector busy: {busy}", retry_after=_JITTER.randint(1, 3))
+            return Outcome(Verdict.UNAVAILABLE, f"collector busy: {busy}", retry_after=retry_after())
         self.metrics.bytes_received += len(submission.body)
         self.inflight += 1
         try:
@@ -199,10 +205,10 @@ class AcceptPath:
         try:
             result = await asyncio.to_thread(self._ingest, request)
         except TooManyOpen as e:
-            return Outcome(Verdict.UNAVAILABLE, str(e), retry_after=_JITTER.randint(1, 3))
+            return Outcome(Verdict.UNAVAILABLE, str(e), retry_after=retry_after())
         except (sqlite3.OperationalError, OSError) as e:  # disk full, locked, I/O: nothing was acknowledged
             logger.error("error=<%s> | store cannot take the request; answered unavailable", e)
-            return Outcome(Verdict.UNAVAILABLE, "store unavailable", retry_after=_JITTER.randint(1, 3))
+            return Outcome(Verdict.UNAVAILABLE, "store unavailable", retry_after=retry_after())
         self.metrics.spans_received += result.accepted
         self.metrics.duplicates += result.duplicates
         self.metrics.spans_rejected += result.rejected

@@ -147,12 +147,14 @@ def _check_ranges(p: argparse.ArgumentParser, a: argparse.Namespace, argv: list[
         p.error("--agl-key and --agl-model need --agl-url")
     if a.agl_ack_timeout < 0:
         p.error("--agl-ack-timeout must be >= 0")
-    if min(a.max_connections, a.max_open_trajectories, a.max_request_tokens, a.max_request_spans) < 1:
-        p.error("--max-connections, --max-open-trajectories, --max-request-tokens and --max-request-spans must be >= 1")
+    if min(a.max_open_trajectories, a.max_request_tokens, a.max_request_spans) < 1:
+        p.error("--max-open-trajectories, --max-request-tokens and --max-request-spans must be >= 1")
+    if min(a.max_connections, a.max_connections_per_peer) < 0:
+        p.error("--max-connections and --max-connections-per-peer must be >= 0 (0: see --help)")
     if a.parquet_rows_per_part < 1 or a.parquet_linger < 0:
         p.error("--parquet-part-rows must be >= 1 and --parquet-linger >= 0")
-    if min(a.head_timeout, a.body_timeout, a.shutdown_timeout) <= 0:
-        p.error("--head-timeout, --body-timeout and --shutdown-timeout must be > 0")
+    if min(a.head_timeout, a.keepalive_timeout, a.body_timeout, a.shutdown_timeout) <= 0:
+        p.error("--head-timeout, --keepalive-timeout, --body-timeout and --shutdown-timeout must be > 0")
 
 
 def _secret(

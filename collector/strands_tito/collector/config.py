@@ -132,7 +132,20 @@ class CollectorConfig:
         default=64, metadata=_declared("--max-inflight", "requests processed at once before answering 503")
     )
     max_connections: int = field(
-        default=256, metadata=_declared("--max-connections", "HTTP connections at once; more get 503 and are closed")
+        default=0,
+        metadata=_declared(
+            "--max-connections",
+            "HTTP connections held at once (0: the file descriptor limit, raised to its hard limit at start, less a "
+            "quarter, at most 65536); when full, the connection idle longest, else the slowest request head, is "
+            "answered 503 and closed to make room",
+        ),
+    )
+    max_connections_per_peer: int = field(
+        default=0,
+        metadata=_declared(
+            "--max-connections-per-peer",
+            "HTTP connections one client address may hold (0 = no bound); past it, 429 with Retry-After",
+        ),
     )
     max_open_trajectories: int = field(
         default=100_000,
@@ -163,10 +176,16 @@ class CollectorConfig:
         default=10.0, metadata=_declared("--progress-interval", "seconds between progress lines (0 = off)")
     )
     head_timeout: float = field(
-        default=30.0,
+        default=5.0,
         metadata=_declared(
-            "--head-timeout", "seconds for an HTTP request head (an idle keep-alive connection is closed after it)"
+            "--head-timeout",
+            "seconds for a complete HTTP request head, from the connection's accept or a later request's first byte "
+            "(408 and close after it; a new connection that sent nothing is closed quietly)",
         ),
+    )
+    keepalive_timeout: float = field(
+        default=30.0,
+        metadata=_declared("--keepalive-timeout", "seconds an HTTP connection may stay idle between requests"),
     )
     body_timeout: float = field(
         default=60.0, metadata=_declared("--body-timeout", "seconds for an HTTP request body (408 and close after it)")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import ssl
 import time
 from pathlib import Path
@@ -76,8 +77,12 @@ class Collector:
             max_body=config.max_body_bytes,
             head_timeout=config.head_timeout,
             body_timeout=config.body_timeout,
-            max_connections=config.max_connections,
+            max_connections=config.max_connections or MAX_AUTO_CONNECTIONS,
+            max_requests=config.max_inflight,
+            keepalive_timeout=config.keepalive_timeout,
+            max_connections_per_peer=config.max_connections_per_peer,
         )
+        self.file_limit = 0
         self._grpc: GrpcReceiver | None = None
         self._stopped = False
         self.http_port = 0
@@ -95,6 +100,13 @@ class Collector:
         for exporter in self.exporters:
             if isinstance(exporter, CheckedExporter):
                 await asyncio.to_thread(exporter.check)
+        self.file_limit = raise_file_limit()
+        if not self.config.max_connections:
+            self._http.max_connections = auto_connections(self.file_limit)
+        logger.info(
+            "file_limit=<%d>, max_connections=<%d>, max_requests=<%d> | HTTP admission",
+            self.file_limit, self._http.max_connections, self._http.max_requests,
+        )  # fmt: skip
         replayed = await asyncio.to_thread(self.ingestor.recover)
         logger.info("replayed=<%d>, store=<%s> | recovered open trajectories", replayed, self.config.store)
         try:
@@ -126,7 +138,7 @@ class Collector:
             raise BindError(f"cannot listen on {config.host}:{config.http_port} (HTTP): {e.strerror or e}") from e
         if config.grpc_port is None:
             return
-        self._grpc = GrpcReceiver(self.accept, config.max_decompressed_bytes, max(config.head_timeout, 1.0) * 10)
+        self._grpc = GrpcReceiver(self.accept, config.max_decompressed_bytes, max(config.keepalive_timeout, 1.0) * 10)
         address = f"{config.grpc_host or config.host}:{config.grpc_port}"
         tls = (config.tls_cert, config.tls_key) if config.tls_cert is not None and config.tls_key is not None else None
         try:
@@ -194,6 +206,9 @@ class Collector:
             "store_bytes": self.store.size_bytes(),
             "store_disk_bytes": self.store.disk_bytes(),
             "degraded_tasks": len(self.health.failing),
+            "http_connections": self._http.connections,
+            "http_connection_limit": self._http.max_connections,
+            "file_limit": self.file_limit,
         }
         finished = {"complete": self.ingestor.finished_complete, "incomplete": self.ingestor.finished_incomplete}
         return prometheus(self.metrics, gauges, finished)
@@ -205,6 +220,35 @@ class Collector:
             f"{self.ingestor.finished_incomplete} incomplete trajectories, {self.ingestor.open_trajectories} "
             f"open, {sum(self.metrics.exported.values())} exported"
         )
+
+
+MAX_AUTO_CONNECTIONS = 65536
+"""The most connections ``max_connections=0`` holds, however high the file descriptor limit (memory: about
+``docs/collector-faults.md``'s bytes per idle connection times this)."""
+
+
+def raise_file_limit() -> int:
+    """Raise this process's file descriptor limit (``RLIMIT_NOFILE``) to its hard limit; returns the limit in force
+    (a limit that cannot be raised is logged, and kept)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as e:
+            logger.warning(
+                "file_limit=<%d>, hard=<%d>, error=<%s> | cannot raise the file descriptor limit", soft, hard, e
+            )
+            return int(soft)
+        logger.info("file_limit=<%d>, was=<%d> | raised the file descriptor limit to the hard limit", target, soft)
+        return int(target)
+    return int(soft if soft != resource.RLIM_INFINITY else target)
+
+
+def auto_connections(file_limit: int) -> int:
+    """``max_connections=0``: the file descriptor limit less a quarter (the store, exporters, gRPC and connections
+    being closed use the rest), at most :data:`MAX_AUTO_CONNECTIONS`."""
+    return max(16, min(MAX_AUTO_CONNECTIONS, file_limit - file_limit // 4))
 
 
 def _exporters(config: CollectorConfig) -> list[TrajectoryExporter]:
