@@ -14,6 +14,8 @@ server), ``QUESTION`` and ``ANSWER`` (from the rollout's input through the rollo
 """
 
 import os
+import re
+from decimal import Decimal
 
 from strands import Agent, tool
 from strands.agent.conversation_manager import NullConversationManager
@@ -26,6 +28,15 @@ from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 def add(a: int, b: int) -> int:
     """Add two integers."""
     return a + b
+
+
+def reward(answer: str, expected: str) -> float:
+    """1.0 when the last number in ``answer`` equals ``expected`` as a number, else 0.0.
+
+    Exact numeric comparison, not a substring test: "25 * 17 = 425." does not answer 42, and neither does "42 or 43".
+    """
+    numbers = re.findall(r"-?\d+(?:\.\d+)?", answer.replace(",", ""))
+    return 1.0 if numbers and Decimal(numbers[-1]) == Decimal(expected) else 0.0
 
 
 class CalcAgent:
@@ -41,7 +52,7 @@ class CalcAgent:
         answer = str(agent(os.environ.get("QUESTION", "What is 25 + 17?") + " Use the add tool."))
         print(answer)
         # The last reward recorded for the trajectory is the rollout's reward (Agent Lightning's convention).
-        record_reward(1.0 if os.environ.get("ANSWER", "42") in answer else 0.0, agent=agent)
+        record_reward(reward(answer, os.environ.get("ANSWER", "42")), agent=agent)
         # No flush and no Agent Lightning call: at exit the trajectory's end signal goes out, and the process
         # exits only once the collector has its events on the Agent Lightning server.
 

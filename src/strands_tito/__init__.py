@@ -32,6 +32,13 @@ from strands_tito.compat import install_module_paths
 # namespace package and the collector runs the same.
 __path__ = pkgutil.extend_path(__path__, __name__)
 
+# Only now (strands_tito.upstream needs strands_tito.errors, which the core distribution ships), and before any module
+# of the package imports transformers: its "PyTorch was not found" notice reads like a broken install, and
+# strands-tito needs no PyTorch (strands_tito.upstream.transformers_lib).
+from strands_tito.upstream.transformers_lib import hide_torch_notice
+
+hide_torch_notice()
+
 if TYPE_CHECKING:
     from strands_tito.capture.recorder import RewardTargetError, record_reward
     from strands_tito.errors import (

@@ -632,7 +632,7 @@ def test_sglang_agents_exit_only_after_their_exact_rollouts_are_on_the_server(
             SGLANG_URL=engine.base_url,
             MODEL_ID=engine.model_path,
             QUESTION=f"Rollout {i}: What is {10 + i} + 17?",
-            ANSWER=str(27 + i) if i % 2 == 0 else "no such answer",  # odd rollouts score 0
+            ANSWER=str(27 + i if i % 2 == 0 else 28 + i),  # odd rollouts expect a wrong sum: they score 0
         )
         commands[rollout_id] = (str(EXAMPLES / "agl_agent.py"), env)
     posts_before = slow_proxy.event_posts()
