@@ -473,7 +473,7 @@ def test_the_layout_holds_from_1200_px(browser: Any, two_runs_page: Path, width:
     _set_width(browser, width)
     browser.get(two_runs_page.as_uri())
     browser.find_element(By.CSS_SELECTOR, "tr.row[data-n='4']").click()
-    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    assert browser.execute_script("return document.documentElement.scrollWidth <= document.documentElement.clientWidth")
     left = browser.find_element(By.ID, "left").rect
     right = browser.find_element(By.ID, "right").rect
     assert left["x"] + left["width"] <= right["x"]
