@@ -15,8 +15,8 @@ from strands_tito.exporters import ParquetExporter
 from strands_tito.html_view import RunIndex
 from strands_tito.viewer import ViewerError
 
+from ..helpers.commands import assert_one_line, strands_tito
 from ..helpers.otlp import random_trajectory
-from .test_clean_errors import assert_one_line, strands_tito
 
 
 def records() -> list[dict]:  # type: ignore[type-arg]

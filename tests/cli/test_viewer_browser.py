@@ -488,8 +488,6 @@ def test_the_layout_holds_from_1200_px(browser: Any, two_runs_page: Path, width:
     assert foreign == []
     plot = browser.find_element(By.ID, "logprob-plot").rect
     assert plot["x"] + plot["width"] <= right["x"] + right["width"] + 1
-    if width == 1200:
-        _screenshot(browser, "viewer-trajectory-1200.png")
 
 
 def test_a_diverged_trajectory_shows_where(browser: Any, written_page: Path) -> None:
