@@ -83,10 +83,12 @@ def main() -> None:
         baseline = _module_at(args.baseline, folder) if args.baseline else None
         today: list[float] = []
         before: list[float] = []
-        for _ in range(args.rounds):  # alternating, so that load changes touch both alike
-            if baseline is not None:
+        for round_number in range(args.rounds):  # alternating which goes first, so that load changes touch both alike
+            if baseline is not None and round_number % 2 == 0:
                 before.append(_time_index(baseline.TrajectoryIndex, data))
             today.append(_time_index(TrajectoryIndex, data))
+            if baseline is not None and round_number % 2 == 1:
+                before.append(_time_index(baseline.TrajectoryIndex, data))
         index = TrajectoryIndex(data)
         index_s = statistics.median(today)
         rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
