@@ -56,6 +56,7 @@ for SGLang and vLLM alike)::
     │   ├── MaxToolIterationsReachedError
     │   ├── MaxToolCallsReachedError
     │   └── MaxMessagesReachedError
+    ├── ViewerError (viewer), also ValueError        a viewer command cannot read its input or start (one line)
     ├── BindError (collector.service), also OSError
     ├── StoreError (collector.store), also OSError   the store cannot be opened or written
     │   └── StoreInUse                                 another collector has the store open

@@ -1,16 +1,18 @@
 """The trajectory viewer: one page, written as a file (``strands-tito inspect FILE --html OUT``) or served
-(``strands-tito view FILE``).
+(``strands-tito view FILE``), for one run or two side by side (``--compare FILE``).
 
-The page opens on an index of every trajectory (searchable, sortable by reward, length, completeness, model), with
-the reward and length distributions drawn as inline SVG and the incomplete or prefix-diverged trajectories flagged
-with the reason and the position. A trajectory is rendered only when it is opened: each token is its own element,
-coloured by loss mask and shaded by logprob, with its id, position and logprob on hover; turn starts, tool calls and
-special tokens are marked; reasoning (``<think>...</think>``) is set apart; a plot shows logprob over position.
-Nothing is loaded from the network: styles, script and plots are in the page.
+The page opens on an index of every trajectory, filtered by reward, finish reason, tool errors, agent, episode,
+completeness and the tokens' text, searchable and sortable, with each run's reward and length distributions and
+per-agent table side by side, and the incomplete or prefix-diverged trajectories flagged with the reason and the
+position. A trajectory is rendered only when it is opened: each token is its own element, coloured by loss mask and
+shaded by logprob, with a card on hover (id, text, logprob, mask, turn); turn starts, tool calls and special tokens
+are marked; reasoning (``<think>...</think>``) is set apart; a plot shows logprob over position, one line per turn's
+output. Nothing is loaded from the network: styles, script and plots are in the page.
 
 A written page embeds every trajectory (each parsed only when opened), which suits up to a few hundred long ones.
 ``view`` keeps only the index in memory and reads a trajectory's line from the file when the page asks for it, so
-it opens thousands of long trajectories at once.
+it opens thousands of long trajectories at once; records that reach the files while it runs (JSONL lines, Parquet
+parts) join the page without a restart.
 """
 
 from __future__ import annotations
@@ -20,17 +22,32 @@ import importlib.resources
 import json
 import math
 import statistics
+import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import orjson
 
 from strands_tito.records import ExportedRecord
-from strands_tito.viewer import Decoder, read_records
+from strands_tito.viewer import Decoder, ViewerError, missing_input, parse_line, read_records, run_names
 
-__all__ = ["TokenTexts", "TrajectoryIndex", "index_row", "page", "serve", "trajectory_payload", "write_page"]
+__all__ = [
+    "RunIndex",
+    "TokenTexts",
+    "TrajectoryIndex",
+    "index_row",
+    "page",
+    "serve",
+    "trajectory_payload",
+    "write_page",
+]
+
+#: How often the served page asks for records that reached the files since (milliseconds).
+POLL_MS = 2000
 
 
 class TokenTexts:
@@ -64,22 +81,25 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return statistics.fmean(known) if known else None
 
 
-def index_row(number: int, record: Mapping[str, Any]) -> dict[str, Any]:
-    """What the index shows of one record (small: no token data)."""
+def index_row(number: int, record: Mapping[str, Any], run: int = 0) -> dict[str, Any]:
+    """What the index shows of one record (small: no token data); ``run``: which run of the page it belongs to."""
     mask = record.get("loss_mask") or []
     output_logprobs = [v for v, m in zip(record.get("logprobs") or [], mask, strict=False) if m]
+    turns, calls = record.get("turns") or [], record.get("calls") or []
     return {
         "n": number,
+        "run": run,
         "id": record.get("trajectory_id"),
         "model": record.get("model_id"),
         "reward": record.get("reward"),
         "tokens": len(record.get("token_ids") or []),
         "output": sum(mask),
-        "turns": len(record.get("turns") or []) or len(record.get("calls") or []),
+        "turns": len(turns) or len(calls),
         "complete": bool(record.get("complete", True)),
         "reason": record.get("reason"),
         "diverged": _diverged(record),
-        "finish": [t.get("finish_reason") for t in record.get("turns") or []],
+        "finish": [t.get("finish_reason") for t in turns] or [c.get("finish_reason") for c in calls],
+        "tool_errors": len(record.get("tool_parse_errors") or []),
         "mean_logprob": _mean(output_logprobs),
         "episode": record.get("episode_id"),
         "agent": record.get("agent_name"),
@@ -115,46 +135,124 @@ def _asset(name: str) -> str:
     return (importlib.resources.files("strands_tito") / "data" / "viewer" / name).read_text(encoding="utf-8")
 
 
-def page(rows: Sequence[dict[str, Any]], embedded: Sequence[dict[str, Any]] | None = None) -> str:
-    """The page: the index rows, and every trajectory's payload when it is a file (None: fetched from the server)."""
-    parts = [_asset("head.html"), f"<script type='application/json' id='index'>{_json_for_script(list(rows))}</script>"]
+def page(
+    rows: Sequence[dict[str, Any]],
+    embedded: Sequence[dict[str, Any]] | None = None,
+    *,
+    runs: Sequence[str] = ("",),
+    tokenizer: str | None = None,
+    live: bool = False,
+) -> str:
+    """The page: the index rows, and every trajectory's payload when it is a file (None: fetched from the server).
+
+    ``runs`` names each run (row ``run`` indexes it); ``tokenizer`` is what decoded the tokens (None: the page says
+    why it shows bare ids); ``live``: the page asks the server for new records every :data:`POLL_MS`.
+    """
+    meta = {"runs": list(runs), "tokenizer": tokenizer, "live": live, "poll_ms": POLL_MS}
+    parts = [
+        _asset("head.html"),
+        f"<script type='application/json' id='meta'>{_json_for_script(meta)}</script>",
+        f"<script type='application/json' id='index'>{_json_for_script(list(rows))}</script>",
+    ]
     for number, payload in enumerate(embedded or []):
         parts.append(f"<script type='application/json' id='t{number}'>{_json_for_script(payload)}</script>")
     parts.append(_asset("body.html"))
     return "".join(parts)
 
 
-def write_page(records: Sequence[Mapping[str, Any]], decode: Decoder, out: Path) -> None:
-    """Write a self-contained page with every record."""
+def write_page(
+    runs: Mapping[str, Sequence[Mapping[str, Any]]], decode: Decoder, out: Path, *, tokenizer: str | None = None
+) -> None:
+    """Write a self-contained page with every record of each run (``{name: records}``, one or two runs)."""
     texts = TokenTexts(decode)
-    rows = [index_row(n, r) for n, r in enumerate(records)]
-    out.write_text(page(rows, [trajectory_payload(r, texts) for r in records]), encoding="utf-8")
-
-
-def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
-    with path.open("rb") as handle:
-        offset = 0
-        for line in handle:
-            if line.strip():
-                yield offset, line
-            offset += len(line)
+    rows: list[dict[str, Any]] = []
+    payloads: list[dict[str, Any]] = []
+    for run, records in enumerate(runs.values()):
+        for record in records:
+            rows.append(index_row(len(rows), record, run))
+            payloads.append(trajectory_payload(record, texts))
+    out.write_text(page(rows, payloads, runs=list(runs), tokenizer=tokenizer), encoding="utf-8")
 
 
 class TrajectoryIndex:
-    """The index rows of a file, and where each record is, so that one can be read again when it is opened."""
+    """The index rows of one run's file, where each record is (so that one can be read again when it is opened),
+    and what has reached the file since (:meth:`refresh`).
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    A JSONL file is read line by line, up to its last complete line (a line still being written waits for its
+    newline); a Parquet directory part by part (the collector renames each part into place whole); a Parquet file
+    once.
+
+    Raises:
+        ViewerError: the path does not exist, or a line or row is not a record.
+    """
+
+    def __init__(self, path: Path, run: int = 0) -> None:
+        if (error := missing_input(path)) is not None:
+            raise error
+        self.path, self.run = path, run
         self.rows: list[dict[str, Any]] = []
         self.offsets: list[int] = []
         self.records: list[ExportedRecord] | None = None
-        if path.is_file() and path.suffix != ".parquet":
-            for offset, line in _lines(path):
-                self.rows.append(index_row(len(self.rows), orjson.loads(line)))
+        self._jsonl = path.is_file() and path.suffix != ".parquet"
+        self._end = 0  # JSONL: bytes read up to the end of the last complete line
+        self._lines = 0
+        self._parts: set[Path] = set()
+        self.refresh(strict=True)
+
+    def refresh(self, strict: bool = False) -> list[dict[str, Any]]:
+        """Read what reached the file since the last call; its new rows. ``strict``: a line that is not a record
+        raises :class:`ViewerError`; else it is skipped with one line on stderr (the page keeps serving)."""
+        start = len(self.rows)
+        if self._jsonl:
+            self._read_lines(strict)
+        elif self.records is None or self.path.is_dir():
+            self._read_parts(strict)
+        return self.rows[start:]
+
+    def _read_lines(self, strict: bool) -> None:
+        try:
+            handle = self.path.open("rb")
+        except OSError as e:
+            if strict:
+                raise ViewerError(f"cannot read {self.path}: {e.strerror or e}") from e
+            return
+        with handle:
+            handle.seek(self._end)
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break  # still being written
+                self._lines += 1
+                offset, self._end = self._end, self._end + len(line)
+                if not line.strip():
+                    continue
+                try:
+                    record = parse_line(line, f"{self.path} line {self._lines}")
+                except ViewerError as e:
+                    if strict:
+                        raise
+                    print(f"strands-tito view: skipped: {e}", file=sys.stderr, flush=True)
+                    continue
+                self.rows.append(index_row(len(self.rows), record, self.run))
                 self.offsets.append(offset)
-        else:  # Parquet: columnar, read whole
-            self.records = read_records(path)
-            self.rows = [index_row(n, r) for n, r in enumerate(self.records)]
+
+    def _read_parts(self, strict: bool) -> None:
+        records = self.records if self.records is not None else []
+        parts = sorted(self.path.glob("*.parquet")) if self.path.is_dir() else [self.path]
+        for part in parts:
+            if part in self._parts:
+                continue
+            try:
+                new = read_records(part)
+            except ViewerError as e:
+                if strict:
+                    raise
+                print(f"strands-tito view: skipped: {e}", file=sys.stderr, flush=True)
+                new = []
+            self._parts.add(part)
+            for record in new:
+                self.rows.append(index_row(len(records), record, self.run))
+                records.append(record)
+        self.records = records
 
     def record(self, number: int) -> Mapping[str, Any]:
         """Record ``number`` of the file (read again from its line for JSONL)."""
@@ -165,33 +263,115 @@ class TrajectoryIndex:
             loaded: dict[str, Any] = orjson.loads(handle.readline())
             return loaded
 
+    def each_record(self) -> Iterator[tuple[int, Mapping[str, Any]]]:
+        """Every record indexed so far, in order, with its number (JSONL: one sequential read of the file)."""
+        if self.records is not None:
+            yield from enumerate(self.records[: len(self.rows)])
+            return
+        with self.path.open("rb") as handle:
+            for number, offset in enumerate(self.offsets):
+                handle.seek(offset)
+                yield number, orjson.loads(handle.readline())
 
-def serve(path: Path, decode: Decoder, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-    """A server for the page over ``path`` (call ``serve_forever``); ``GET /`` is the page, ``GET /t/N`` a
-    trajectory's payload."""
-    index = TrajectoryIndex(path)
+
+class RunIndex:
+    """One or two runs' indexes as the page numbers them: row ``n`` counts across runs in the order rows arrived."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.runs = [TrajectoryIndex(path, run) for run, path in enumerate(paths)]
+        self.rows: list[dict[str, Any]] = []
+        self._where: list[tuple[TrajectoryIndex, int]] = []
+        self._lock = threading.Lock()
+        for index in self.runs:
+            self._add(index, index.rows)
+
+    def _add(self, index: TrajectoryIndex, rows: Sequence[dict[str, Any]]) -> None:
+        for row in rows:
+            self._where.append((index, row["n"]))
+            self.rows.append({**row, "n": len(self.rows)})
+
+    def refresh(self) -> None:
+        """Take in what reached the files since."""
+        with self._lock:
+            for index in self.runs:
+                self._add(index, index.refresh())
+
+    def record(self, number: int) -> Mapping[str, Any]:
+        """Row ``number``'s record."""
+        index, local = self._where[number]
+        return index.record(local)
+
+    def search(self, text: str, texts: TokenTexts) -> list[int]:
+        """The rows whose tokens, decoded, contain ``text`` (ignoring case)."""
+        needle = text.casefold()
+        found = []
+        with self._lock:
+            known = {(id(index), local): n for n, (index, local) in enumerate(self._where)}
+        for index in self.runs:
+            for local, record in index.each_record():
+                n = known.get((id(index), local))
+                if n is not None and needle in "".join(texts(record.get("token_ids") or [])).casefold():
+                    found.append(n)
+        return sorted(found)
+
+
+def serve(
+    paths: Path | Sequence[Path],
+    decode: Decoder,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    tokenizer: str | None = None,
+) -> ThreadingHTTPServer:
+    """A server for the page over one run's file or two (call ``serve_forever``): ``GET /`` is the page,
+    ``GET /t/N`` a trajectory's payload, ``GET /rows?from=K`` the rows from ``K`` on (what reached the files since
+    is read first), ``GET /search?q=TEXT`` the rows whose decoded tokens contain ``TEXT``.
+
+    Raises:
+        ViewerError: a file is missing or holds a line that is not a record, or the port cannot be bound.
+    """
+    names = [paths] if isinstance(paths, Path) else list(paths)
+    index = RunIndex(names)
     texts = TokenTexts(decode)
-    html = page(index.rows).encode()
+    runs = run_names(names)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path == "/":
-                self._send(200, "text/html; charset=utf-8", html)
-                return
-            if self.path.startswith("/t/") and self.path[3:].isdigit() and int(self.path[3:]) < len(index.rows):
-                payload = trajectory_payload(index.record(int(self.path[3:])), texts)
+            url = urlsplit(self.path)
+            query = parse_qs(url.query)
+            if url.path == "/":
+                index.refresh()
+                html = page(index.rows, runs=runs, tokenizer=tokenizer, live=True)
+                self._send(200, "text/html; charset=utf-8", html.encode())
+            elif url.path.startswith("/t/") and url.path[3:].isdigit() and int(url.path[3:]) < len(index.rows):
+                payload = trajectory_payload(index.record(int(url.path[3:])), texts)
                 self._send(200, "application/json", orjson.dumps(payload))
-                return
-            self._send(404, "text/plain", b"not found")
+            elif url.path == "/rows":
+                start = query.get("from", ["0"])[0]
+                index.refresh()
+                rows = index.rows[int(start) :] if start.isdigit() else []
+                self._send(200, "application/json", orjson.dumps(rows))
+            elif url.path == "/search" and query.get("q", [""])[0]:
+                matches = index.search(query["q"][0], texts)
+                self._send(200, "application/json", orjson.dumps({"matches": matches}))
+            else:
+                self._send(404, "text/plain", b"not found")
 
         def _send(self, status: int, kind: str, body: bytes) -> None:
             self.send_response(status)
             self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
             self.end_headers()
             self.wfile.write(body)
 
         def log_message(self, *args: Any) -> None:
             pass
 
-    return ThreadingHTTPServer((host, port), Handler)
+    try:
+        return ThreadingHTTPServer((host, port), Handler)
+    except OSError as e:
+        raise ViewerError(
+            f"cannot listen on {host}:{port}: {e.strerror or e}; pick another port with --port N (--port 0 picks a "
+            "free one)"
+        ) from e

@@ -1,4 +1,8 @@
-"""Looking at trajectories in the terminal (``strands-tito inspect``); the page is :mod:`strands_tito.html_view`."""
+"""Looking at trajectories in the terminal (``strands-tito inspect``); the page is :mod:`strands_tito.html_view`.
+
+Every viewer command fails in one line that says what to do (:class:`ViewerError`), never with a traceback: a missing
+file, a line that is not a record, a tokenizer that is not on this machine, a port in use.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +15,29 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from strands_tito.errors import MissingDependencyError
-from strands_tito.records import ExportedRecord, record_from_json, record_from_row
+from strands_tito.errors import MissingDependencyError, StrandsTitoError
+from strands_tito.records import ExportedRecord, record_from_row
 
 GREEN, DIM, RED, RESET = "\033[32m", "\033[2m", "\033[31m", "\033[0m"
 #: Entry-point group of tokenizers known by a short name (the testing package's offline ``qwen3`` and ``tiny``),
 #: found by name so the product never imports the testing package (tests/test_architecture.py).
 TOKENIZERS_GROUP = "strands_tito.tokenizers"
+#: Where the collector's records come from, said in every error about an input file.
+RECORDS_HINT = (
+    "give the JSONL file (strands-tito collect --jsonl) or the Parquet directory (--parquet) the collector writes"
+)
+
+
+class ViewerError(StrandsTitoError, ValueError):
+    """A viewer command cannot read its input or start; the message says what to do (printed as one line)."""
 
 
 def load_tokenizer(name_or_path: str) -> Any:
-    """A tokenizer by registered short name (``qwen3``, ``tiny``) or from a local directory, never from the hub.
+    """A tokenizer by registered short name (``qwen3``, ``tiny``), from a local directory, or a hub id already in the
+    local Hugging Face cache; never downloaded.
 
     Raises:
-        ValueError: ``name_or_path`` is neither a registered name nor a loadable local tokenizer.
+        ViewerError: ``name_or_path`` is none of these; the message says how to get it.
     """
     from importlib.metadata import entry_points
 
@@ -36,8 +49,20 @@ def load_tokenizer(name_or_path: str) -> Any:
     try:
         return AutoTokenizer.from_pretrained(str(path) if path.is_dir() else name_or_path, local_files_only=True)
     except (OSError, ValueError) as exc:
-        names = sorted(e.name for e in entry_points(group=TOKENIZERS_GROUP))
-        raise ValueError(f"Cannot load tokenizer {name_or_path!r}: expected one of {names} or a local path") from exc
+        names = ", ".join(sorted(e.name for e in entry_points(group=TOKENIZERS_GROUP)))
+        if path.is_dir():
+            why = f"{path} holds no tokenizer Hugging Face can load ({str(exc).splitlines()[0]})"
+        elif path.exists() or name_or_path.count("/") != 1 or name_or_path.startswith((".", "/", "~")):
+            why = "it is not a tokenizer directory"
+        else:
+            why = (
+                "it looks like a Hugging Face Hub id, and the viewer never downloads: it is not in the local cache. "
+                f"Download it first (hf download {name_or_path} --local-dir DIR) and pass --tokenizer DIR"
+            )
+        raise ViewerError(
+            f"cannot load tokenizer {name_or_path!r}: {why}; --tokenizer takes one of {names} or a local tokenizer "
+            "directory"
+        ) from exc
 
 
 class Decoder:
@@ -52,10 +77,21 @@ class Decoder:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=False))
 
 
+def _runs(mask: Sequence[int]) -> list[list[int]]:
+    """``(is_output, length)`` runs of a loss mask: a record's ``segments``."""
+    runs: list[list[int]] = []
+    for m in mask:
+        if runs and runs[-1][0] == m:
+            runs[-1][1] += 1
+        else:
+            runs.append([m, 1])
+    return runs
+
+
 def _segments(record: Mapping[str, Any]) -> Iterable[tuple[bool, list[int], list[float | None]]]:
     position = 0
     logprobs = record["logprobs"] or [None] * len(record["token_ids"])  # null: recorded without logprobs
-    for is_output, length in record["segments"]:
+    for is_output, length in record.get("segments") or _runs(record["loss_mask"]):
         yield (
             bool(is_output),
             record["token_ids"][position : position + length],
@@ -129,64 +165,148 @@ def render_text(record: Mapping[str, Any], decode: Decoder, color: bool = True) 
     return "\n".join(lines)
 
 
+def checked_record(value: Any, where: str) -> ExportedRecord:
+    """``value`` if it is a trajectory record the viewer can show (an object whose token arrays agree in length).
+
+    Raises:
+        ViewerError: it is not; the message names ``where`` (the file and line) and the fix.
+    """
+    problem = None
+    if not isinstance(value, dict):
+        problem = f"a JSON {type(value).__name__}, not an object"
+    elif not isinstance(ids := value.get("token_ids"), list):
+        problem = "no token_ids list"
+    elif not isinstance(mask := value.get("loss_mask"), list) or len(mask) != len(ids):
+        problem = f"loss_mask is not a list of {len(ids)} entries, one per token id"
+    elif (logprobs := value.get("logprobs")) is not None and (
+        not isinstance(logprobs, list) or len(logprobs) != len(ids)
+    ):
+        problem = f"logprobs is neither null nor a list of {len(ids)} entries"
+    if problem is not None:
+        raise ViewerError(f"{where} is not a trajectory record: {problem}; {RECORDS_HINT}, or remove that line")
+    record: ExportedRecord = value
+    return record
+
+
+def parse_line(line: bytes | str, where: str) -> ExportedRecord:
+    """One JSONL line as a record.
+
+    Raises:
+        ViewerError: the line is not JSON or not a record (:func:`checked_record`).
+    """
+    import orjson
+
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise ViewerError(f"{where} is not JSON ({e}); {RECORDS_HINT}, or remove that line") from e
+    return checked_record(value, where)
+
+
+def missing_input(path: Path) -> ViewerError | None:
+    """The error for an input path that does not exist, or None."""
+    if path.exists():
+        return None
+    return ViewerError(f"no such file or directory: {path}; {RECORDS_HINT}")
+
+
 def read_records(path: Path) -> list[ExportedRecord]:
-    """Records from a JSONL file or a Parquet file/directory written by the collector, as JSONL lines hold them."""
-    if path.suffix == ".jsonl" or (path.is_file() and path.suffix != ".parquet"):
-        return [record_from_json(line) for line in path.read_text().splitlines() if line.strip()]
+    """Records from a JSONL file or a Parquet file/directory written by the collector, as JSONL lines hold them.
+
+    Raises:
+        ViewerError: the path does not exist, or a line or row is not a record.
+    """
+    if (error := missing_input(path)) is not None:
+        raise error
+    if path.is_file() and path.suffix != ".parquet":
+        with path.open("rb") as handle:
+            return [parse_line(line, f"{path} line {n}") for n, line in enumerate(handle, 1) if line.strip()]
     try:
         import pyarrow.parquet as pq
     except ImportError as e:
         raise MissingDependencyError("Reading Parquet", "pyarrow", "parquet") from e
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except Exception as e:  # pyarrow's errors have no common base: ArrowInvalid, OSError, ...
+        raise ViewerError(f"{path} is not a Parquet file or directory of parts ({e}); {RECORDS_HINT}") from e
+    return [checked_record(record_from_row(row), f"{path} row {n}") for n, row in enumerate(rows)]
 
-    return [record_from_row(row) for row in pq.read_table(path).to_pylist()]
+
+def run_names(paths: Sequence[Path]) -> list[str]:
+    """What the page calls each run: the file's name, or its whole path where two names are the same."""
+    names = [path.name or str(path) for path in paths]
+    return names if len(set(names)) == len(names) else [str(path) for path in paths]
+
+
+def _fail(prog: str, error: StrandsTitoError) -> int:
+    print(f"{prog}: {error}", file=sys.stderr, flush=True)
+    return 2
 
 
 def inspect_main(argv: list[str]) -> int:
-    """``strands-tito inspect FILE [--html OUT] [--tokenizer NAME]``."""
-    p = argparse.ArgumentParser(prog="strands-tito inspect", description="Show trajectories in the terminal.")
+    """``strands-tito inspect FILE [--compare FILE] [--html OUT] [--tokenizer NAME]``; 2 and one line on stderr when
+    it cannot (:class:`ViewerError`)."""
+    prog = "strands-tito inspect"
+    p = argparse.ArgumentParser(prog=prog, description="Show trajectories in the terminal, or write the viewer page.")
     p.add_argument("file", type=Path, help="JSONL file or Parquet file/directory")
     p.add_argument(
         "--html",
         type=Path,
-        help="write the viewer as one self-contained page (docs/viewer.md)",
+        help="write the viewer as one self-contained page instead of printing (docs/viewer.md)",
     )
+    p.add_argument("--compare", type=Path, help="a second run, shown side by side with the first on the page")
     p.add_argument("--tokenizer", help="decode tokens with this tokenizer ('qwen3', 'tiny' or a local path)")
     p.add_argument("--id", help="only the trajectory with this id")
     p.add_argument("--no-color", action="store_true")
     a = p.parse_args(argv)
-    records = [r for r in read_records(a.file) if a.id is None or r.get("trajectory_id") == a.id]
-    tokenizer = None
-    if a.tokenizer:
-        tokenizer = load_tokenizer(a.tokenizer)
-    decode = Decoder(tokenizer)
+    if a.compare is not None and a.html is None:
+        p.error("--compare needs --html: two runs are compared on the page")
+    try:
+        paths = [a.file] if a.compare is None else [a.file, a.compare]
+        runs = [[r for r in read_records(path) if a.id is None or r.get("trajectory_id") == a.id] for path in paths]
+        decode = Decoder(load_tokenizer(a.tokenizer) if a.tokenizer else None)
+        if a.html is not None:
+            from strands_tito.html_view import write_page
+
+            write_page(dict(zip(run_names(paths), runs, strict=True)), decode, a.html, tokenizer=a.tokenizer)
+    except ViewerError as e:
+        return _fail(prog, e)
+    except OSError as e:  # the page cannot be written
+        return _fail(prog, ViewerError(f"cannot write {a.html}: {e.strerror or e}; give --html a writable path"))
+    records = [r for run in runs for r in run]
+    complete = sum(1 for r in records if r.get("complete", True))
+    counts = f"{len(records)} trajectories, {complete} complete, {len(records) - complete} incomplete"
+    if a.html is not None:
+        print(f"wrote {a.html}: {counts}")
+        return 0
     color = sys.stdout.isatty() and not a.no_color
     for record in records:
         print(render_text(record, decode, color=color), end="\n\n")
-    complete = sum(1 for r in records if r.get("complete", True))
-    print(f"{len(records)} trajectories, {complete} complete, {len(records) - complete} incomplete")
-    if a.html is not None:
-        from strands_tito.html_view import write_page
-
-        write_page(records, decode, a.html)
-        print(f"wrote {a.html}")
+    print(counts)
     return 0
 
 
 def view_main(argv: list[str]) -> int:
-    """``strands-tito view FILE [--tokenizer NAME] [--port N]``: serve the viewer page on 127.0.0.1."""
-    p = argparse.ArgumentParser(prog="strands-tito view", description="Serve the trajectory viewer on 127.0.0.1.")
+    """``strands-tito view FILE [--compare FILE] [--tokenizer NAME] [--port N]``: serve the viewer page on
+    127.0.0.1, with the records that reach the files while it runs; 2 and one line on stderr when it cannot start
+    (:class:`ViewerError`)."""
+    prog = "strands-tito view"
+    p = argparse.ArgumentParser(prog=prog, description="Serve the trajectory viewer on 127.0.0.1.")
     p.add_argument("file", type=Path, help="JSONL file or Parquet file/directory")
+    p.add_argument("--compare", type=Path, help="a second run, shown side by side with the first")
     p.add_argument("--tokenizer", help="decode tokens with this tokenizer ('qwen3', 'tiny' or a local path)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     p.add_argument("--port", type=int, default=8765, help="port; 0 picks a free one (default: %(default)s)")
     a = p.parse_args(argv)
     from strands_tito.html_view import serve
 
-    tokenizer = None
-    if a.tokenizer:
-        tokenizer = load_tokenizer(a.tokenizer)
-    server = serve(a.file, Decoder(tokenizer), a.host, a.port)
-    print(f"strands-tito view: http://{a.host}:{server.server_port}/ (Ctrl-C stops)", flush=True)
+    try:
+        paths = [a.file] if a.compare is None else [a.file, a.compare]
+        tokenizer = load_tokenizer(a.tokenizer) if a.tokenizer else None
+        server = serve(paths, Decoder(tokenizer), a.host, a.port, tokenizer=a.tokenizer)
+    except ViewerError as e:
+        return _fail(prog, e)
+    print(f"{prog}: http://{a.host}:{server.server_port}/ (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -229,6 +229,9 @@ async def test_embedded_jsonl_writer(start_engine, qwen3, plug, tmp_path) -> Non
     assert line["complete"] is True and line["token_ids"] == original.token_ids
     assert line["loss_mask"] == original.loss_mask
     assert line["segments"] == [[s.is_output, s.length] for s in original.segments]
+    # The served model as the server names it (GET /v1/models), not SGLangModel's default model_id "sglang" (a
+    # model_id the user sets is kept: tests/exporters/test_agentlightning.py's "policy").
+    assert model.config["model_id"] == "sglang" and line["model_id"] == "strands-tito/local-engine"
 
 
 def test_span_limits_are_checked_at_start_up() -> None:

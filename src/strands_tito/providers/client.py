@@ -199,6 +199,8 @@ class TokenClient:
         self._plain = url.scheme == "http" and url.path in ("", "/") and url.host != ""
         self._address = (url.host, url.port or 80)
         self._max_model_len: int | None = None
+        self.served_model: str | None = None
+        """The model the server serves (``GET /v1/models``' id, once it has been asked and names one model)."""
 
     def _client(self) -> httpx.AsyncClient:
         # httpx pools are bound to the loop that opened them; a new loop (e.g. asyncio.run per rollout) gets a new
@@ -375,6 +377,8 @@ class TokenClient:
             models = await self.request_json("GET", "/v1/models")
             data = models.get("data") if isinstance(models, dict) else None
             lengths = [m.get("max_model_len") for m in data or [] if isinstance(m, dict)]
+            names = {m.get("id") for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)}
+            self.served_model = names.pop() if len(names) == 1 else None  # a router serving several: unknown
             found = next((n for n in lengths if isinstance(n, int) and n > 0), None)
             if found is None:
                 return None

@@ -154,6 +154,7 @@ class TokenModel(Model):
             get_tool_parser(tool_parser, tokenizer=tokenizer) if isinstance(tool_parser, str) else tool_parser
         )
         self.config = dict(defaults)
+        self._default_model_id = defaults.get("model_id")
         self.update_config(**config)
         self._epoch = 0
         self._default_state = EpisodeState(0)
@@ -499,11 +500,19 @@ class TokenModel(Model):
             trajectory,
             turn,
             image_token_id=self._image_token_id() if turn.image_data else None,
-            model_id=self.config.get("model_id"),
+            model_id=self._recorded_model_id(),
             tool_parse_errors=[{"name": c.name, "error": c.error, "raw": c.raw} for c in calls if c.error],
             agent=state,
         )
         return calls, reasoning, answer
+
+    def _recorded_model_id(self) -> str | None:
+        """The model_id the user set; left at the provider's default (SGLang's is just "sglang"), the model the server
+        serves where it named one (``GET /v1/models``)."""
+        model_id = self.config.get("model_id")
+        if model_id in (None, "", self._default_model_id) and self.client.served_model is not None:
+            return self.client.served_model
+        return None if model_id is None else str(model_id)
 
     def _image_token_id(self) -> int | None:
         token = self._prompts.image_token
