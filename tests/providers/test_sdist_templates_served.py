@@ -241,3 +241,21 @@ def test_mistral_nemo_list_calls_are_strict() -> None:
     ):
         found = parser.parse(text)
         assert any(c.error is not None and reason in c.error for c in found), (text, found)
+
+
+def test_auto_refuses_a_template_whose_call_probe_fails_to_render() -> None:
+    """llama.cpp's ``llama-cpp-deepseek-r1`` matches no parser's marks and fails to render a call; its tokenizer's
+    special tokens would name ``deepseek_v31``, which is never guessed."""
+    template = "llama-cpp-deepseek-r1"
+    tokens = [
+        "<｜tool▁calls▁begin｜>",
+        "<｜tool▁call▁begin｜>",
+        "<｜tool▁sep｜>",
+        "<｜tool▁call▁end｜>",
+        "<｜tool▁calls▁end｜>",
+    ]
+    tokenizer = stand_in(template, tokens, eos="<|im_end|>")
+    with pytest.raises(ToolParserDetectionError, match="fails to render an assistant's tool call"):
+        get_tool_parser("auto", tokenizer=tokenizer)
+    tokenizer.chat_template = None
+    assert get_tool_parser("auto", tokenizer=tokenizer).name == "deepseek_v31"  # the tokens alone do name it
