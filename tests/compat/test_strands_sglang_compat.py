@@ -170,6 +170,63 @@ async def test_hermes_with_other_tags(start_engine, qwen3) -> None:  # type: ign
     assert_matches_engine(model.trajectory, generate_records(engine))
 
 
+async def test_think_tokens_by_0_6_2_names_and_the_patterns(start_engine, qwen3) -> None:  # type: ignore[no-untyped-def]
+    """0.6.2's ``think_start_token`` / ``think_end_token`` set the reasoning tags; ``tool_pattern`` captures a call's
+    body and ``think_pattern`` a whole reasoning block, on the built-in parsers and a 0.6.2-style subclass."""
+    from strands_tito.tool_parsers import HermesToolParser, ToolParser, ToolParseResult, get_tool_parser
+
+    class Custom(ToolParser):
+        def parse(self, text: str) -> list[ToolParseResult]:
+            return []
+
+    for parser in (
+        HermesToolParser(think_start_token="<reason>", think_end_token="</reason>"),
+        get_tool_parser("hermes", think_start_token="<reason>", think_end_token="</reason>"),
+        Custom(think_start_token="<reason>", think_end_token="</reason>"),
+    ):
+        assert (parser.think_start_token, parser.think_end_token) == ("<reason>", "</reason>")
+        assert parser.think_pattern.sub("", "a<reason>x\ny</reason>b") == "ab"
+        found = parser.tool_pattern.search('<tool_call>\n {"name": "n"} \n</tool_call>')
+        assert found is not None and found.group(1) == '{"name": "n"}'
+
+    # A call drafted inside the renamed reasoning block is not run; the one after it is.
+    drafted = "<reason>" + hermes_call("calculator", expression="1 + 1") + "</reason>"
+    engine = start_engine(
+        Script(turns=[Reply(text=drafted + hermes_call("calculator", expression="2 + 3")), Reply(text="5")])
+    )
+    model = make_model(engine, qwen3)
+    model.tool_parser = HermesToolParser(think_start_token="<reason>", think_end_token="</reason>")
+    agent = make_agent(model, [calculator])
+    await agent.invoke_async("2 + 3?")
+    uses = [b["toolUse"]["input"] for m in agent.messages for b in m["content"] if "toolUse" in b]
+    assert uses == [{"expression": "2 + 3"}]
+    assert_matches_engine(model.trajectory, generate_records(engine))
+
+
+def test_the_0_6_2_checks_left_out_behave_as_docs_migration_says() -> None:
+    """Keyword construction, a routing slice before any turn and ``raw`` on a built-in parser's valid call: each
+    differs from 0.6.2 as docs/migration.md says, with the checked way it names."""
+    from strands_tito import Rollout
+    from strands_tito.trajectory import TrajectoryError
+    from strands_tito.tool_parsers import HermesToolParser
+
+    fields = {"token_ids": [1, 2, 3], "loss_mask": [0, 0, 1], "logprobs": [None, None, -0.5]}
+    with pytest.raises(TrajectoryError, match="model_validate"):
+        Rollout(**fields)  # type: ignore[arg-type]
+    built = Rollout.model_validate({**fields, "segment_info": [(False, 2), (True, 1)]})
+    assert (built.token_ids, built.loss_mask, built.segment_info) == ([1, 2, 3], [0, 0, 1], [(False, 2), (True, 1)])
+
+    by_hand = Rollout()
+    by_hand.add_prompt([1, 2])
+    with pytest.raises(TrajectoryError, match="call add_response"):
+        by_hand.add_routed_experts("AAAA")
+    assert by_hand.routed_experts == []
+
+    markup = '<tool_call>\n{"name": "calc", "arguments": {"x": 1}}\n</tool_call>'
+    (call,) = HermesToolParser().parse(markup)
+    assert (call.is_error, call.payload, call.raw) == (False, '{"x": 1}', markup)
+
+
 # -- malformed calls are counted under the tool the model named ---------------------------------------------------
 
 

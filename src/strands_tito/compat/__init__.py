@@ -22,7 +22,8 @@ package stays the one place to read:
   (:mod:`strands_tito.errors`);
 - ``Trajectory``: ``Rollout`` is the same class; ``segment_info``, ``initial_prompt_length``;
 - ``ToolLimiter`` / ``ToolLimitReachedError`` (0.3's names for ``LoopLimiter`` and its error);
-- ``TaggedCallParser``: the ``tool_start_token`` / ``tool_end_token`` options.
+- ``ToolParser``: the ``think_start_token`` / ``think_end_token`` options and ``think_pattern``;
+  ``TaggedCallParser``: the ``tool_start_token`` / ``tool_end_token`` options and ``tool_pattern``.
 """
 
 from __future__ import annotations

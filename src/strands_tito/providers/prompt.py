@@ -61,8 +61,12 @@ _WRITES_INTO_THE_TURN: Final = {"<|tool_response>": "Gemma-4"}
 
 # The stand-in messages before the assistant message the new messages follow: templates that need a user query
 # before tool messages, or look at the previous message's role, then render the new messages as in a real
-# conversation.
-_STAND_IN: Final[list[dict[str, Any]]] = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
+# conversation. Templates that refuse a system message (Gemma-2) get the user message alone.
+_STAND_IN_SYSTEM: Final = "tito-stand-in-system"
+_STAND_INS: Final[tuple[list[dict[str, Any]], ...]] = (
+    [{"role": "system", "content": _STAND_IN_SYSTEM}, {"role": "user", "content": "U"}],
+    [{"role": "user", "content": "U"}],
+)
 _MARK: Final = "\u2063tito-assistant-content\u2063"
 _PROBE_TOOL: Final = "tito_probe_tool"
 # Nine letters or digits, like every probe call id: Mistral's templates refuse any other id.
@@ -90,6 +94,12 @@ KNOWN_IMAGE_TOKENS: Final[tuple[str, ...]] = (
 def _probe_call(json_text: bool) -> dict[str, Any]:
     arguments = call_arguments({"a": 1}, json_text)
     return {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": _PROBE_TOOL, "arguments": arguments}}
+
+
+def _probe_tools() -> list[dict[str, Any]]:
+    # A well-formed empty schema: templates read its "properties" (Seed-OSS lists tools as Python signatures).
+    parameters = {"type": "object", "properties": {}}
+    return [{"type": "function", "function": {"name": _PROBE_TOOL, "description": "", "parameters": parameters}}]
 
 
 class PromptEncoder:
@@ -127,7 +137,7 @@ class PromptEncoder:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         split_special = getattr(tokenizer, "split_special_tokens", False)
         self._backend = backend if isinstance(backend, tokenizers.Tokenizer) and not split_special else None
-        self._stand_in_text = self._render_or_fail(_STAND_IN, "render a system and a user message", generation=False)
+        self._stand_in, self._stand_in_tools, self._stand_in_text = self._choose_stand_in()
         self.end_tokens: tuple[str, ...] = tuple(end_tokens) if end_tokens is not None else self._default_end_tokens()
         if not self.end_tokens:
             raise PromptError("no end-of-turn token: the tokenizer has no eos token and the template closes none")
@@ -136,6 +146,15 @@ class PromptEncoder:
         #: The template wants a call's arguments as JSON text, not a mapping (found when the encoder is built).
         self.json_arguments = self._wants_json_arguments()
         self.numbers_calls = False
+        #: Why the template cannot serve an agent with tools, None where it can: a template with no tool support (it
+        #: lists no tools, writes no tool calls and does not render a tool round: Gemma-2, Phi-3.5) still serves
+        #: agents without tools; offering it tools raises :class:`PromptError` with this reason, before anything is
+        #: sent.
+        self.tools_unsupported: str | None = None
+        #: Why a new user turn cannot be appended, None where it can: templates that write the system message into
+        #: the last user message (Mistral-Nemo's) re-render the conversation before it differently once another user
+        #: message follows. :class:`PromptError` names this when a second user turn comes.
+        self.user_turns_unsupported: str | None = None
         self._probe()
 
     # -- rendering -------------------------------------------------------------------------------------------------
@@ -176,11 +195,32 @@ class PromptEncoder:
 
     def _render_or_fail(self, messages: list[dict[str, Any]], what: str, *, generation: bool) -> str:
         try:
-            return self.render(messages, add_generation_prompt=generation)
+            return self._render_tail(messages, generation=generation)
         except PromptError:
             raise
         except Exception as e:
             raise PromptError(f"the chat template cannot {what}: {type(e).__name__}: {e}") from e
+
+    def _render_tail(self, messages: list[dict[str, Any]], *, generation: bool) -> str:
+        """Render a stand-in conversation, with the stand-in tools list where the template needs one."""
+        return self.render(messages, tools=self._stand_in_tools, add_generation_prompt=generation)
+
+    def _choose_stand_in(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]:
+        """The stand-in messages, the tools list they are rendered with (None, or a probe tool where the template
+        needs a list: Hermes-2-Pro's and Hermes-3's ``tool_use`` templates iterate ``tools`` unguarded) and their
+        rendering: the first the template renders of a system and a user message, then the user message alone."""
+        first: Exception | None = None
+        for tools in (None, _probe_tools()):
+            for stand_in in _STAND_INS:
+                try:
+                    text = self.render(stand_in, tools=tools, add_generation_prompt=False)
+                except Exception as e:
+                    first = first or e
+                    continue
+                return stand_in, tools, text
+        raise PromptError(
+            f"the chat template cannot render a system and a user message: {type(first).__name__}: {first}"
+        ) from first
 
     # -- construction-time checks ----------------------------------------------------------------------------------
 
@@ -190,7 +230,7 @@ class PromptEncoder:
         if isinstance(eos, str) and eos:
             found.append(eos)
         closed = self._render_or_fail(
-            [*_STAND_IN, {"role": "assistant", "content": _MARK}, {"role": "user", "content": _PROBE_USER}],
+            [*self._stand_in, {"role": "assistant", "content": _MARK}, {"role": "user", "content": _PROBE_USER}],
             "render a user message after an assistant message",
             generation=True,
         )
@@ -207,11 +247,8 @@ class PromptEncoder:
         return tuple(dict.fromkeys(found))
 
     def _lists_tools(self) -> bool:
-        # A well-formed empty schema: templates read its "properties" (Seed-OSS lists tools as Python signatures).
-        parameters = {"type": "object", "properties": {}}
-        tool = {"type": "function", "function": {"name": _PROBE_TOOL, "description": "", "parameters": parameters}}
         try:
-            text = self.render(_STAND_IN, tools=[tool], add_generation_prompt=True)
+            text = self.render(self._stand_in, tools=_probe_tools(), add_generation_prompt=True)
         except Exception as e:
             raise PromptError(f"the chat template cannot render a tools list: {type(e).__name__}: {e}") from e
         return _PROBE_TOOL in text
@@ -227,7 +264,7 @@ class PromptEncoder:
         def rendered(json_text: bool) -> str | None:
             assistant = {"role": "assistant", "content": _MARK, "tool_calls": [_probe_call(json_text)]}
             try:
-                return self.render([*_STAND_IN, assistant], add_generation_prompt=False)
+                return self._render_tail([*self._stand_in, assistant], generation=False)
             except Exception:
                 return None
 
@@ -251,12 +288,29 @@ class PromptEncoder:
             (calling, results, _PROBE_RESULT, "a tool result after an assistant tool call"),
             (answering, question, _PROBE_USER, "a user message after an answer"),
         ):
-            ids = self.continuation([new], previous, stop, behaviour=behaviour)
-            if expected not in str(self.tokenizer.decode(ids, skip_special_tokens=False)):
-                raise PromptError(
-                    f"the chat template does not render {behaviour} in the text after the stop token"
-                    + self._inside_the_turn(previous, new, expected)
+            try:
+                ids = self.continuation([new], previous, stop, behaviour=behaviour)
+                written = str(self.tokenizer.decode(ids, skip_special_tokens=False))
+                if previous is answering and _STAND_IN_SYSTEM in written:
+                    self.user_turns_unsupported = (
+                        "the chat template writes the system message into the last user message, so a new user turn "
+                        "changes how the conversation before it is rendered and cannot be appended token-in/token-out; "
+                        "start a new episode per user query, or set reasoning_retention='template' to render each "
+                        "user turn's whole conversation (a new sample where it differs)"
+                    )
+                if expected not in written:
+                    raise PromptError(
+                        f"the chat template does not render {behaviour} in the text after the stop token"
+                        + self._inside_the_turn(previous, new, expected)
+                    )
+            except PromptError as e:
+                if previous is answering or not self._has_no_tool_support():
+                    raise
+                self.tools_unsupported = (
+                    f"{e}; it lists no tools and writes no tool calls either, so it serves agents without tools only"
                 )
+        if self.tools_unsupported is not None:
+            return
         # Templates that number the calls of the whole conversation themselves and write that number into the result
         # header (the llama.cpp copies of Kimi-K2-Instruct/-Thinking: "## Return of functions.N:IDX") need the earlier
         # calls in the stand-in tail; the others render the same without them.
@@ -272,23 +326,35 @@ class PromptEncoder:
             later = first
         # (Templates that drop the content of a message with calls, Llama-3.x, are found from the bare stand-in's end,
         # so they never get the earlier calls; their result headers carry no numbers.)
-        self.numbers_calls = first != later and _MARK in self.render(
+        self.numbers_calls = first != later and _MARK in self._render_tail(
             [
-                *_STAND_IN,
+                *self._stand_in,
                 {
                     "role": "assistant",
                     "content": _MARK,
                     "tool_calls": tool_calls_of(calling, json_text=self.json_arguments),
                 },
             ],
-            add_generation_prompt=False,
+            generation=False,
         )
+
+    def _has_no_tool_support(self) -> bool:
+        """Whether the template lists no tools and renders an assistant's tool call without writing it (Gemma-2,
+        Phi-3.5): a template that writes calls but cannot follow a tool round is refused instead."""
+        if self.tools_in_template:
+            return False
+        assistant = {"role": "assistant", "content": _MARK, "tool_calls": [_probe_call(self.json_arguments)]}
+        try:
+            text = self._render_tail([*self._stand_in, assistant], generation=False)
+        except Exception:
+            return False
+        return _PROBE_TOOL not in text
 
     def _inside_the_turn(self, previous: Message, new: Message, expected: str) -> str:
         """Why, when the template writes the new message inside the model's own turn (Gemma-4's tool results)."""
         calls = tool_calls_of(previous, json_text=self.json_arguments)
         assistant = {"role": "assistant", "content": _MARK, **({"tool_calls": calls} if calls else {})}
-        text = self.render([*_STAND_IN, assistant, *format_messages([previous, new])[1:]], add_generation_prompt=True)
+        text = self._render_tail([*self._stand_in, assistant, *format_messages([previous, new])[1:]], generation=True)
         # After the stand-in: Gemma-4 writes the assistant's content after its calls and their results.
         after = text.removeprefix(self._stand_in_text)
         position = after.find(expected)
@@ -322,9 +388,9 @@ class PromptEncoder:
     def _find_image_token(self) -> str | None:
         image: dict[str, Any] = {"type": "image"}
         probes = (
-            [_STAND_IN[0], {"role": "user", "content": [image, {"type": "text", "text": _PROBE_USER}]}],
+            [*self._stand_in[:-1], {"role": "user", "content": [image, {"type": "text", "text": _PROBE_USER}]}],
             [
-                *_STAND_IN,
+                *self._stand_in,
                 {"role": "assistant", "content": "x", "tool_calls": [_probe_call(self.json_arguments)]},
                 {"role": "tool", "tool_call_id": _PROBE_CALL_ID, "name": _PROBE_TOOL, "content": [image]},
             ],
@@ -332,7 +398,7 @@ class PromptEncoder:
         found: set[str] = set()
         for messages in probes:
             try:
-                text = self.render(messages, add_generation_prompt=True)
+                text = self._render_tail(messages, generation=True)
             except Exception:
                 return None  # a text-only template (content must be a string)
             ids = self.encode(text)
@@ -373,7 +439,13 @@ class PromptEncoder:
         URL is appended to ``images`` in prompt order; without it an image raises :class:`PromptError`.
         ``format_tools`` turns the tool specs into the template's ``tools`` (default :func:`format_tool_specs`),
         ``format_messages`` the messages into the template's messages (default :func:`format_messages`).
+
+        Raises:
+            PromptError: The template cannot render the conversation, or it is offered tools (or holds a tool round)
+                and the template has no tool support (:attr:`tools_unsupported`).
         """
+        if tool_specs or _holds_tool_round(messages):
+            self._check_tools_supported()
         tools = format_tools(tool_specs) if tool_specs else None
         if tools and not self.tools_in_template:
             # The template would drop the tools: they reach the model in the system message instead.
@@ -404,6 +476,10 @@ class PromptEncoder:
         if images is not None and (len(images) > before or self._image_token_in(ids)):
             self._check_images(ids, len(images) - before)
         return ids
+
+    def _check_tools_supported(self) -> None:
+        if self.tools_unsupported is not None:
+            raise PromptError(self.tools_unsupported)
 
     def _image_token_in(self, ids: list[int]) -> bool:
         """Whether placeholder tokens appear where no image was given (typed by the user, say): checked only when
@@ -437,6 +513,10 @@ class PromptEncoder:
         """
         if not new_messages:
             raise PromptError("no new messages to tokenize after the model's last turn")
+        if _holds_tool_round(new_messages):
+            self._check_tools_supported()
+        elif self.user_turns_unsupported is not None:
+            raise PromptError(self.user_turns_unsupported)
         history = [previous] if previous is not None else []
         before = len(images) if images is not None else 0
         formatted = format_messages([*history, *new_messages], None, images)[len(history) :]
@@ -444,18 +524,19 @@ class PromptEncoder:
         calls = tool_calls_of(previous, json_text=self.json_arguments) if previous is not None else []
         if calls:
             assistant["tool_calls"] = calls
-        tail = [*_STAND_IN, assistant, *formatted]
+        tail = [*self._stand_in, assistant, *formatted]
         if earlier_calls and self.numbers_calls:
-            tail = [_STAND_IN[0], *_earlier_calls(earlier_calls, self.json_arguments), *tail[1:]]
+            before_user = len(self._stand_in) - 1  # the earlier calls answer a query before the stand-in's user one
+            tail = [*tail[:before_user], *_earlier_calls(earlier_calls, self.json_arguments), *tail[before_user:]]
         try:
-            text = self.render(tail, add_generation_prompt=True)
+            text = self._render_tail(tail, generation=True)
         except Exception as e:
             if len(calls) < 2:
                 raise PromptError(f"the chat template cannot render {behaviour}: {type(e).__name__}: {e}") from e
             # Llama-3.x templates refuse several calls in one message; the calls are already in the trajectory as
             # generated, and each result is rendered on its own, so one call is enough to render what follows.
             assistant["tool_calls"] = calls[:1]
-            text = self.render(tail, add_generation_prompt=True)
+            text = self._render_tail(tail, generation=True)
         ids = self.encode(self._after_end_of_turn(text, context, behaviour))
         if images is not None and (len(images) > before or self._image_token_in(ids)):
             self._check_images(ids, len(images) - before)
@@ -495,6 +576,10 @@ def _thinking_switch(template: Any) -> str:
     if "enable_thinking" not in text and _THINKING_VARIABLE.search(text):
         return "thinking"
     return "enable_thinking"
+
+
+def _holds_tool_round(messages: Sequence[Message]) -> bool:
+    return any("toolUse" in block or "toolResult" in block for message in messages for block in message["content"])
 
 
 def _earlier_calls(count: int, json_text: bool) -> list[dict[str, Any]]:

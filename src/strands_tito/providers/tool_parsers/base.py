@@ -142,6 +142,10 @@ class ToolParser(ABC):
     Args:
         think_start: Token that opens a reasoning block.
         think_end: Token that closes it.
+        think_start_token: strands-sglang 0.6.2's name for ``think_start`` (given, it wins).
+        think_end_token: strands-sglang 0.6.2's name for ``think_end``.
+
+    ``think_pattern`` (0.6.2's attribute) matches one whole reasoning block.
     """
 
     #: Registry name (``get_tool_parser(name)``).
@@ -151,17 +155,24 @@ class ToolParser(ABC):
     #: Finds this format's call markup in any text: markup after the stop, and the foreign-format warning.
     markup: ClassVar[re.Pattern[str]]
 
-    def __init__(self, think_start: str = "<think>", think_end: str = "</think>") -> None:
-        self.think_start = think_start
-        self.think_end = think_end
-        self._think_block = re.compile(re.escape(think_start) + ".*?" + re.escape(think_end), re.DOTALL)
+    def __init__(
+        self,
+        think_start: str = "<think>",
+        think_end: str = "</think>",
+        *,
+        think_start_token: str | None = None,
+        think_end_token: str | None = None,
+    ) -> None:
+        self.think_start = self.think_start_token = think_start if think_start_token is None else think_start_token
+        self.think_end = self.think_end_token = think_end if think_end_token is None else think_end_token
+        self.think_pattern = re.compile(re.escape(self.think_start) + ".*?" + re.escape(self.think_end), re.DOTALL)
         # Foreign formats already warned about for this parser (see
         # strands_tito.providers.tool_parsers.warn_foreign_markup).
         self.warned_formats: set[str] = set()
 
     def visible_text(self, text: str) -> str:
         """The part of ``text`` that may contain executable calls (reasoning removed)."""
-        text = self._think_block.sub("", text)
+        text = self.think_pattern.sub("", text)
         if self.think_end in text:
             text = text.rsplit(self.think_end, 1)[1]
         if self.think_start in text:
@@ -222,6 +233,8 @@ class TaggedCallParser(ToolParser):
         tool_start_token: Tag that opens a call, for a model trained with other tags (default: the format's).
         tool_end_token: Tag that closes a call.
         kwargs: See :class:`ToolParser`.
+
+    ``tool_pattern`` (strands-sglang 0.6.2's attribute) captures the body of one call between the tags, trimmed.
     """
 
     call_start: str = "<tool_call>"
@@ -233,6 +246,8 @@ class TaggedCallParser(ToolParser):
             self.call_start = tool_start_token
         if tool_end_token is not None:
             self.call_end = tool_end_token
+        self.tool_start_token, self.tool_end_token = self.call_start, self.call_end
+        self.tool_pattern = re.compile(rf"{re.escape(self.call_start)}\s*(.*?)\s*{re.escape(self.call_end)}", re.DOTALL)
 
     def parse_calls(self, text: str, tool_specs: Sequence[ToolSpec] | None = None) -> list[ToolCall]:
         specs = {spec["name"]: spec for spec in tool_specs or []}

@@ -3,8 +3,10 @@
 Detection reads the tokenizer's chat template first: each format has marks that only its family's templates write
 (checked against the real templates of each family, ``strands_tito.testing.chat_templates``). Auto never guesses: a
 template that writes tool calls in a format none of the parsers reads (DeepSeek-R1's, say, whose tokenizer shares
-DeepSeek-V3.1's special tokens) is refused, and the error shows how it writes a call. Only when the template writes
-no tool calls at all (no template, or one without tool support) do the tokenizer's added special tokens decide. When
+DeepSeek-V3.1's special tokens) is refused, and the error shows how it writes a call; so is a template on which that
+probe fails to render (its call cannot be seen, so it is never guessed from the special tokens). Only when the
+template writes no tool calls at all (no template, or one without tool support) do the tokenizer's added special
+tokens decide. When
 neither names exactly one parser, :class:`ToolParserDetectionError` lists the parsers so the caller can pick one.
 """
 
@@ -35,6 +37,10 @@ class ToolParserDetectionError(StrandsTitoError, ValueError):
     """The tool-call format could not be told from the tokenizer; name a parser explicitly."""
 
 
+class _CallProbeError(Exception):
+    """The chat template failed to render every form of the probe call (how it writes a call cannot be seen)."""
+
+
 def _has(*marks: str) -> Callable[[str], bool]:
     return lambda text: all(mark in text for mark in marks)
 
@@ -53,7 +59,7 @@ _TEMPLATE_MARKS: dict[str, Callable[[str], bool]] = {
     "minimax_m2": _has("<minimax:tool_call>", "<invoke name="),
     "deepseek_v32": _has("｜DSML｜", "'function_calls>"),
     "deepseek_v4": _has("｜DSML｜", "'tool_calls>"),
-    "mistral": _has("[TOOL_CALLS]", "[ARGS]"),
+    "mistral": _has("[TOOL_CALLS]"),
     "seed_oss": _has("<seed:tool_call>", "<function="),
 }
 
@@ -66,7 +72,7 @@ _TOKEN_MARKS: dict[str, tuple[str, ...]] = {
     "gpt_oss": ("<|call|>", "<|channel|>"),
     "llama3_json": ("<|python_tag|>",),
     "minimax_m2": ("<minimax:tool_call>",),
-    "mistral": ("[TOOL_CALLS]", "[ARGS]"),
+    "mistral": ("[TOOL_CALLS]",),
     "seed_oss": ("<seed:tool_call>",),
 }
 
@@ -76,6 +82,11 @@ def _template_text(tokenizer: Any) -> str:
     if isinstance(template, dict):  # several named templates (e.g. "default" and "tool_use")
         return "\n".join(str(t) for t in template.values())
     return template if isinstance(template, str) else ""
+
+
+def _special_token_variables(tokenizer: Any) -> dict[str, str]:
+    """The special tokens a chat template reads as variables (``bos_token``, ``eos_token`` ...)."""
+    return {k: v for k, v in (getattr(tokenizer, "special_tokens_map", None) or {}).items() if isinstance(v, str)}
 
 
 def _special_tokens(tokenizer: Any) -> set[str]:
@@ -98,11 +109,16 @@ def written_call(template: str, special_tokens: dict[str, Any] | None = None) ->
 
     The call is tried with its arguments as a mapping and as JSON text, and the turn's content as ``""`` and as
     ``None`` (templates want one or the other).
+
+    Raises:
+        _CallProbeError: No form renders (the last form's error is its cause).
     """
     tool = {
         "type": "function",
         "function": {"name": _PROBE_TOOL, "description": "", "parameters": {"type": "object", "properties": {}}},
     }
+    failure: Exception | None = None
+    rendered_any = False
     for arguments, content in (({"a": 1}, ""), ('{"a": 1}', ""), ({"a": 1}, None), ('{"a": 1}', None)):
         call = {"id": _PROBE_CALL_ID, "type": "function", "function": {"name": _PROBE_TOOL, "arguments": arguments}}
         messages: list[dict[str, Any]] = [
@@ -112,8 +128,10 @@ def written_call(template: str, special_tokens: dict[str, Any] | None = None) ->
         try:
             text = _render(template, messages, tool, special_tokens, generation=False)
             prompt = _render(template, messages[:1], tool, special_tokens, generation=True)
-        except Exception:  # this form is refused, or the template needs what the probe lacks
+        except Exception as e:  # this form is refused, or the template needs what the probe lacks
+            failure = e
             continue
+        rendered_any = True
         # What the model writes follows the generation prompt (or as much of it as the template re-renders; cut at
         # a tag's or line's end, so that a tag both share in part stays whole).
         shared = len(os.path.commonprefix([text, prompt]))  # noqa: RUF071 (strings, not paths)
@@ -121,6 +139,8 @@ def written_call(template: str, special_tokens: dict[str, Any] | None = None) ->
         turn = text[shared:]
         if _PROBE_TOOL in turn:
             return turn
+    if not rendered_any:
+        raise _CallProbeError(f"{type(failure).__name__}: {failure}") from failure
     return None
 
 
@@ -131,9 +151,13 @@ def _render(template: str, messages: list[dict[str, Any]], tool: Any, special_to
     return str(rendered[0][0])
 
 
-def rendered_call(template: str) -> str | None:
-    """How ``template`` writes an assistant's tool call (the text around a probe call), None if it writes none."""
-    turn = written_call(template)
+def rendered_call(template: str, special_tokens: dict[str, Any] | None = None) -> str | None:
+    """How ``template`` writes an assistant's tool call (the text around a probe call), None if it writes none.
+
+    Raises:
+        _CallProbeError: The template fails to render the probe call.
+    """
+    turn = written_call(template, special_tokens)
     if turn is None:
         return None
     position = turn.find(_PROBE_TOOL)
@@ -147,8 +171,11 @@ def check_reads_template_calls(parser: ToolParser, tokenizer: Any) -> None:
         ToolParserDetectionError: The template's marks named the parser, but the call it writes is another format.
     """
     template = _template_text(tokenizer)
-    special = {k: v for k, v in (getattr(tokenizer, "special_tokens_map", None) or {}).items() if isinstance(v, str)}
-    turn = written_call(template, special) if template else None
+    special = _special_token_variables(tokenizer)
+    try:
+        turn = written_call(template, special) if template else None
+    except _CallProbeError:
+        turn = None  # the marks named the parser; the encoder's own checks meet this template's rendering errors
     if turn is None or any(c.error is None and c.name == _PROBE_TOOL for c in parser.parse(turn)):
         return
     position = turn.find(_PROBE_TOOL)
@@ -170,7 +197,15 @@ def detect_tool_parser(tokenizer: Any, known: Iterable[str] | None = None) -> st
     by_template = [name for name, test in _TEMPLATE_MARKS.items() if template and test(template)]
     if len(by_template) == 1:
         return by_template[0]
-    if not by_template and template and (written := rendered_call(template)) is not None:
+    try:
+        written = rendered_call(template, _special_token_variables(tokenizer)) if not by_template and template else None
+    except _CallProbeError as e:
+        raise ToolParserDetectionError(
+            "cannot choose a tool parser for this tokenizer: its chat template matches no parser's marks and fails to "
+            f"render an assistant's tool call ({e}), so how it writes a call cannot be seen; pass tool_parser= one of "
+            f"{names} if the model's format is one of them"
+        ) from e
+    if written is not None:
         raise ToolParserDetectionError(
             f"cannot choose a tool parser for this tokenizer: its chat template writes tool calls as {written!r}, a "
             f"format none of the parsers {names} reads; pass tool_parser= a parser for it"
