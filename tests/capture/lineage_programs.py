@@ -227,7 +227,11 @@ def summary() -> str:
         """
         return a + b
 
-    manager = SummarizingConversationManager(summary_ratio=0.5, preserve_recent_messages=2)
+    manager = SummarizingConversationManager(
+        summary_ratio=0.5,
+        preserve_recent_messages=2,
+        summarization_system_prompt="You are a conversation summarizer. Be brief.",
+    )
     limit = int(os.environ["CONTEXT_WINDOW_LIMIT"])
     summarized = agent("summarized", [add], conversation_manager=manager, model=model(context_window_limit=limit))
     return str(summarized("What is 25 + 17, and then plus 1? Use the add tool."))

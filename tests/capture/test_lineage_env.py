@@ -214,11 +214,12 @@ def test_the_summary_is_its_own_record_linked_to_its_agent(
         Script(match="You are a conversation summarizer.", turns=[Reply(text="The user added 25 and 17: 42.")]),
         Script(match="You are the summarized.", turns=[Reply(text="25 + 17 + 1 = 43.")]),
     )
-    records = run_program(engine, collector, "summary", CONTEXT_WINDOW_LIMIT=os.environ.get("LIMIT", "420"))
+    # The third turn's prompt (277 tokens) overflows: the manager summarizes (a 96-token prompt), the agent goes on.
+    records = run_program(engine, collector, "summary", CONTEXT_WINDOW_LIMIT="270")
     assert_exact(records, engine)
     [summary] = [r for r in records if r["purpose"] == "summary"]
     agent = [r for r in records if r["purpose"] is None]
-    assert [r["sample_index"] for r in agent] == [0, 1] or sorted(r["sample_index"] for r in agent) == [0, 1]
+    assert sorted(r["sample_index"] for r in agent) == [0, 1]  # the summary rewrote the history: a new sample
     first = next(r for r in agent if r["sample_index"] == 0)
     assert summary["parent_trajectory_id"] == first["trajectory_id"]
     assert summary["episode_id"] == first["episode_id"]
