@@ -1,16 +1,16 @@
 """Where a trajectory sits in a multi-agent episode, on its turn and call spans (``docs/span-schema.md``).
 
-Revision 3 of span schema 1 (revision 3 added the invocation index, the purpose of a call outside an agent turn and
-the place in a Graph or Swarm; a reader of revision 2 ignores them). ``tito.episode.id`` and ``tito.parent.trajectory_id`` are strands-tito's own; the
-agent's id and name and the conversation go under the OpenTelemetry GenAI names (``gen_ai.agent.id``,
-``gen_ai.agent.name``, ``gen_ai.conversation.id``), so trace backends group a rollout's calls without knowing
-strands-tito.
+Revision 3 of span schema 1 (revision 3 added the invocation index, the purpose of a call outside an agent
+turn and the place in a Graph or Swarm; a reader of revision 2 ignores them). ``tito.episode.id`` and
+``tito.parent.trajectory_id`` are strands-tito's own; the agent's id and name and the conversation go under the
+OpenTelemetry GenAI names (``gen_ai.agent.id``, ``gen_ai.agent.name``, ``gen_ai.conversation.id``), so trace
+backends group a rollout's calls without knowing strands-tito.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -42,8 +42,8 @@ __all__ = [
     "openai_model_wrapped",
     "tracer_created",
     "unwrap_openai_model",
-    "watch_multi_agent",
     "verify",
+    "watch_multi_agent",
     "wrap_openai_model",
 ]
 
