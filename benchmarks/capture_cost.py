@@ -348,6 +348,16 @@ def part3_worker(engine_url: str, sink_url: str, system_tokens: int, calls: int)
     }
 
 
+def ref_snapshot(ref: str) -> str:
+    """A ``PYTHONPATH`` on which strands-tito is the ``git archive`` of ``ref`` (a setting ``LABEL@REF``)."""
+    root = Path(__file__).resolve().parents[1]
+    snap = Path(tempfile.mkdtemp(prefix="capture_cost-ref-"))
+    folders = ("core", "src", "collector", "exporters")
+    archive = subprocess.run(["git", "archive", ref, *folders], capture_output=True, check=True, cwd=root)
+    subprocess.run(["tar", "-x", "-C", str(snap)], input=archive.stdout, check=True)
+    return os.pathsep.join(str(snap / folder) for folder in folders)
+
+
 @contextlib.contextmanager
 def part3_services() -> Iterator[tuple[Path, str, Callable[[dict[str, str]], dict[str, str]]]]:
     """The engine's script, an OTLP sink on 127.0.0.1 (its base URL) and a worker's environment for a setting."""
@@ -361,8 +371,16 @@ def part3_services() -> Iterator[tuple[Path, str, Callable[[dict[str, str]], dic
     spool = {"STRANDS_TITO_SPOOL_DIR": tempfile.mkdtemp(prefix="capture_cost-spool-")}
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "STRANDS_TITO_"))}
 
+    snapshots: dict[str, str] = {}
+
     def environment(extra: dict[str, str]) -> dict[str, str]:
-        return {**clean, **{k: v.replace("{sink}", sink_base) for k, v in extra.items()}, **spool}
+        env = {**clean, **{k: v.replace("{sink}", sink_base) for k, v in extra.items()}, **spool}
+        ref = env.pop("BENCH_REF", None)
+        if ref is not None:  # strands-tito as it was at that git ref, first on the path
+            if ref not in snapshots:
+                snapshots[ref] = ref_snapshot(ref)
+            env["PYTHONPATH"] = snapshots[ref]
+        return env
 
     try:
         yield script, sink_base, environment
@@ -500,7 +518,8 @@ def main() -> None:
     parser.add_argument("--candidates", action="store_true", help="part 3 also with other Strands switches")
     parser.add_argument(
         "--settings",
-        help="part 3 settings by label, comma-separated, e.g. untraced,strands/switch,capture (default: the four)",
+        help="part 3 settings by label, comma-separated, e.g. untraced,strands/switch,capture (default: the four); "
+        "LABEL@REF runs a setting with strands-tito at a git ref, e.g. capture/own@main,capture/own",
     )
     args = parser.parse_args()
     if args.worker:
@@ -512,7 +531,17 @@ def main() -> None:
         settings = SETTINGS + CANDIDATES if args.candidates else SETTINGS
         if args.settings:
             known = dict(SETTINGS + CANDIDATES + REFERENCES)
-            settings = tuple((label, known[label]) for label in args.settings.split(","))
+            # LABEL@REF: the setting with strands-tito as it was at a git ref (before/after in one run).
+            settings = tuple(
+                (
+                    label,
+                    {
+                        **known[label.partition("@")[0]],
+                        **({"BENCH_REF": ref} if (ref := label.partition("@")[2]) else {}),
+                    },
+                )
+                for label in args.settings.split(",")
+            )
         print(json.dumps(part3(p3_sizes, calls=20, rounds=args.rounds or 2, settings=settings), indent=1))
         return
     sizes = [8_192, 32_768] if args.quick else [8_192, 32_768, 131_072]

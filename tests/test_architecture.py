@@ -455,7 +455,11 @@ def test_the_tests_mirror_the_product() -> None:
 #: Test modules another test may import, and why: the engine's own layering test reuses the product's import graph.
 TEST_MODULES_IMPORTED_ON_PURPOSE = {"tests.test_architecture"}
 #: Scripts the tests start as processes (they are run, not imported), besides test modules and helpers.
-TEST_SCRIPTS = {"tests/capture/spool_load_agents.py", "tests/compat/in_strands_env"}
+TEST_SCRIPTS = {
+    "tests/capture/spool_load_agents.py",
+    "tests/capture/lineage_programs.py",
+    "tests/compat/in_strands_env",
+}
 
 
 def test_helpers_live_in_one_package() -> None:

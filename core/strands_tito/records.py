@@ -149,6 +149,9 @@ class RecordHeader(TypedDict):
     parent_trajectory_id: str | None
     agent_id: str | None
     agent_name: str | None
+    invocation_index: int
+    purpose: str | None
+    node: dict[str, Any] | None
     reward: float | None
     rewards: list[float]
     trace_ids: list[str]
@@ -203,6 +206,9 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     RecordField("parent_trajectory_id", "string", None, "the trajectory whose agent started it"),
     RecordField("agent_id", "string", None, "the agent's id (gen_ai.agent.id)"),
     RecordField("agent_name", "string", None, "the agent's name (gen_ai.agent.name)"),
+    RecordField("invocation_index", "int64", 0, "which trajectory of its agent in the episode (0: the first)"),
+    RecordField("purpose", "string", None, "null: the agent's turns; summary / outside_turn: a call it made aside"),
+    RecordField("node", "json", None, "Graph/Swarm node: kind, run_id, node_id, step, inputs (nodes that fed it)"),
     RecordField("reward", "float64", None, "the last reward recorded"),
     RecordField("rewards", "list<float64>", [], "every reward, in the order recorded"),
     RecordField("trace_ids", "list<string>", [], "the traces holding its turns, calls and rewards"),
@@ -227,6 +233,17 @@ RECORD_FIELDS: tuple[RecordField, ...] = (
     RecordField("top_p", "json", None, "top-p replay: token_ids and offsets per token"),
 )
 RECORD_KEYS = tuple(f.name for f in RECORD_FIELDS)
+#: The fields that place a record in its episode (what an exporter that posts events per record repeats on each).
+LINEAGE_FIELDS = (
+    "episode_id",
+    "sample_index",
+    "parent_trajectory_id",
+    "agent_id",
+    "agent_name",
+    "invocation_index",
+    "purpose",
+    "node",
+)
 
 #: The keys of each entry of a record's ``calls`` (one OpenAI-compatible call exactly as served).
 CALL_FIELDS = tuple(CallEntry.__annotations__)

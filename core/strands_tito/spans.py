@@ -63,7 +63,7 @@ END_DROPPED_INDICES = PREFIX + "end.dropped_indices"
 
 # Most attributes one of our spans carries (lineage and GenAI ids included); start-up checks that the SDK's count
 # limit leaves room for them plus Strands' own (about 20 on a chat span).
-MAX_OWN_ATTRIBUTES = 32
+MAX_OWN_ATTRIBUTES = 36
 STRANDS_ATTRIBUTE_BUDGET = 40
 
 # Bounds a reader enforces so that anything it accepts can be assembled and written (a 1 MiB trajectory id would

@@ -20,7 +20,6 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from strands_tito import spans
 from strands_tito.capture import deferred, recorder
 from strands_tito.capture.deferred import DeferredCalls
-from strands_tito.capture.lineage import SpanTree
 from strands_tito.capture.recorder import AgentState
 from strands_tito.trajectory import Trajectory
 
@@ -59,10 +58,6 @@ class CollectsWhenHashed:
         return super().__hash__()
 
 
-class CollectingSpanId(CollectsWhenHashed, int):
-    """A span id whose lookup collects garbage."""
-
-
 class CollectingTrajectoryId(CollectsWhenHashed, str):
     """A trajectory id whose lookup collects garbage."""
 
@@ -77,24 +72,6 @@ def collection_only_where_asked() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def test_a_finalizer_starting_a_span_inside_the_span_tree_does_not_deadlock() -> None:
-    provider = TracerProvider()
-    tree = SpanTree()
-    provider.add_span_processor(tree)
-    tracer = provider.get_tracer("test")
-    ended: list[bool] = []
-
-    def work() -> None:
-        state: Released | None = Released()
-        weakref.finalize(state, lambda: (tracer.start_span("end").end(), ended.append(CollectsWhenHashed.inside)))
-        del state
-        tree.place(CollectingSpanId(1), "trajectory")  # collects while the tree holds its lock
-
-    with collection_only_where_asked():
-        assert finishes(work)
-    assert ended == [True]  # the finalizer ran, inside the tree's bookkeeping, and its span started there
 
 
 def test_an_end_signal_from_a_finalizer_inside_the_recorder_does_not_deadlock() -> None:

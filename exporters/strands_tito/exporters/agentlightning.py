@@ -36,7 +36,7 @@ import httpx
 import orjson
 
 from strands_tito.errors import MissingDependencyError, StrandsTitoError
-from strands_tito.records import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID, ExportedRecord, agl_identity_error
+from strands_tito.records import AGL_ATTEMPT_ID, AGL_ROLLOUT_ID, LINEAGE_FIELDS, ExportedRecord, agl_identity_error
 
 from .base import ExporterConfigError
 
@@ -46,7 +46,7 @@ MARKER = "strands_tito"
 """Key of the marker in each posted event's ``data`` (kept in the raw view, dropped by the triplet view)."""
 NAME = "agentlightning"
 #: The record's lineage fields every posted event's marker carries (several agents of one rollout tell apart there).
-LINEAGE_KEYS = ("episode_id", "sample_index", "parent_trajectory_id", "agent_id", "agent_name")
+LINEAGE_KEYS = LINEAGE_FIELDS
 
 _JOURNAL = """
 CREATE TABLE IF NOT EXISTS progress (

@@ -166,6 +166,27 @@ def record_turn(
     hash only (logged here; the assembled trajectory is then incomplete at this turn).
     """
     _note_active(trajectory, agent)
+    if agent is not None and agent.purpose is not None and capture_enabled():
+        # A call outside the agent's turns has no chat span of Strands': it gets its own, in the agent's trace.
+        own = _tracer.start_span(spans.SPAN_TURN, attributes={"gen_ai.operation.name": spans.SPAN_TURN})
+        try:
+            with trace.use_span(own):
+                _record_turn_on_span(trajectory, turn, model_id, tool_parse_errors, image_token_id, agent)
+        finally:
+            own.end()
+        end_trajectory(trajectory, "done")  # one generation: complete at once
+        return
+    _record_turn_on_span(trajectory, turn, model_id, tool_parse_errors, image_token_id, agent)
+
+
+def _record_turn_on_span(  # noqa: PLR0917  record_turn's arguments, handed on once
+    trajectory: Trajectory,
+    turn: Turn,
+    model_id: str | None,
+    tool_parse_errors: Sequence[dict[str, str]],
+    image_token_id: int | None,
+    agent: AgentState | None,
+) -> None:
     span = trace.get_current_span()
     if not span.is_recording() or not capture_enabled():
         return
@@ -291,6 +312,7 @@ def _put_on_span(
                 agent_name=agent.agent_name if agent is not None else None,
                 episode_of=_lineages,
                 rollout_id=identity.get(AGL_ROLLOUT_ID),
+                purpose=agent.purpose if agent is not None else None,
             )
             if agent is not None:
                 agent.lineage = lineage
@@ -367,6 +389,8 @@ class AgentState(dict[str, Any]):
         self.agent_name: str | None = None
         #: The lineage of the agent's first sample on spans; later samples keep its episode, parent and agent.
         self.lineage: Lineage | None = None
+        #: What a state of a model call outside an agent's turns served (``Lineage.purpose``); None for an agent's.
+        self.purpose: str | None = None
         attach_span_tree()  # before the agent's spans start, so its sub-agents find it
         call_when_released(self, end_trajectory, trajectory, "released")  # queued, sent by capture's thread
 

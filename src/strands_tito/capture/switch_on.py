@@ -43,6 +43,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
+from strands_tito.capture.lineage import attach_span_tree
 from strands_tito.capture.recorder import (
     ENV_CAPTURE,
     CaptureConfigError,
@@ -359,6 +360,7 @@ class _Switch:
             for path in self.request.jsonl:
                 processors.append(self._processor(f"jsonl:{path}", functools.partial(TrajectorySpanProcessor, path)))
             add_processors(provider, processors)
+            attach_span_tree(provider)  # before any agent's span starts: the first agent's sub-agents find it
             if provider not in self.attached:
                 self.attached.add(provider)
                 register_exit_handler()  # after the provider registered its own shutdown

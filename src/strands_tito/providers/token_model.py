@@ -32,6 +32,7 @@ from strands.types.streaming import StreamEvent
 from strands.types.tools import ToolChoice, ToolSpec
 from transformers import PreTrainedTokenizerBase
 
+from strands_tito.capture.lineage import serving_agent
 from strands_tito.capture.recorder import end_trajectory, record_turn
 from strands_tito.errors import (
     ContextLengthError,
@@ -162,6 +163,8 @@ class TokenModel(Model):
         self._malformed_calls: dict[str, str] = {}
         self._hooked_agents: weakref.WeakSet[Any] = weakref.WeakSet()
         self._states: weakref.WeakSet[EpisodeState] = weakref.WeakSet({self._default_state})
+        #: States of calls made outside an agent's turns (kept until reset, for rollout_history).
+        self._aside: list[EpisodeState] = []
         #: Finished trajectories, appended by :meth:`reset` (strands-sglang 0.6's ``rollout_history``).
         self.rollout_history: list[Trajectory] = []
 
@@ -287,6 +290,7 @@ class TokenModel(Model):
         """
         states = sorted(self._states, key=lambda s: s.order)
         self.rollout_history.extend(t for s in states if s.epoch == self._epoch for t in s.samples)
+        self._aside.clear()
         for state in states:
             for sample in [*state.closed, state.trajectory]:
                 end_trajectory(sample, "reset")
@@ -299,6 +303,15 @@ class TokenModel(Model):
 
     def _state(self, model_state: dict[str, Any] | None) -> EpisodeState:
         if model_state is None:
+            purpose = serving_agent()
+            if purpose is not None:
+                # Called with no agent state while an agent runs (its conversation manager's summary, a hook): a
+                # trajectory of its own, one generation long, linked to the agent it served.
+                state = EpisodeState(self._epoch)
+                state.purpose = purpose
+                self._states.add(state)
+                self._aside.append(state)
+                return state
             state = self._default_state
         else:
             found = model_state.get(STATE_KEY)

@@ -11,6 +11,13 @@ Checked against strands-agents 1.62.0 (``CHECKED``), read in its source:
   moment has passed.
 * ``OpenAIModel.stream`` and ``OpenAIModel._get_client`` (``strands/models/openai.py``): replaced by
   :func:`wrap_openai_model` with wrappers capture supplies, restored by :func:`unwrap_openai_model`.
+* ``Graph._build_node_input(node)`` (``strands/multiagent/graph.py``) and ``Swarm._build_node_input(target_node)``
+  (``strands/multiagent/swarm.py``): each is called in the node's own context just before Strands runs the node's
+  agent; the Graph's input names each dependency whose result it holds in a block ``"\nFrom {node_id}:"``, the
+  Swarm's ``state.node_history`` lists the nodes that ran before, the last being the one that handed off.
+  ``SummarizingConversationManager._generate_summary(messages, agent)``
+  (``strands/agent/conversation_manager/summarizing_conversation_manager.py``): the one step both of its summary
+  paths (its own agent, or the model called directly) go through. :func:`watch_multi_agent` wraps the three.
 
 Strands is imported where it is used, not when this module loads (capture switches on at interpreter start).
 """
@@ -22,6 +29,7 @@ import inspect
 import sys
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from strands_tito.upstream import UpstreamChangedError
@@ -35,6 +43,7 @@ __all__ = [
     "tracer_created",
     "unwrap_openai_model",
     "verify",
+    "watch_multi_agent",
     "wrap_openai_model",
 ]
 
@@ -51,6 +60,12 @@ _OPENAI_METHODS = ("stream", "_get_client")
 _lock = threading.Lock()
 _before_tracer: list[Callable[[], None]] = []
 _openai_originals: dict[str, Any] = {}
+_watched: list[bool] = []
+_GRAPH_MODULE = "strands.multiagent.graph"
+_SWARM_MODULE = "strands.multiagent.swarm"
+_SUMMARIZER_MODULE = "strands.agent.conversation_manager.summarizing_conversation_manager"
+_NODE_INPUT = "_build_node_input"
+_SUMMARY = "_generate_summary"
 
 
 def _changed(what: str) -> UpstreamChangedError:
@@ -164,6 +179,70 @@ def openai_model_wrapped() -> bool:
     return bool(_openai_originals)
 
 
+def _own_method(owner: type, name: str, parameters: list[str]) -> Callable[..., Any]:
+    method = owner.__dict__.get(name)
+    if not callable(method) or list(inspect.signature(method).parameters) != parameters:
+        raise _changed(f"{owner.__name__}.{name}({', '.join(parameters[1:])}) is not where it was")
+    return method  # type: ignore[no-any-return]
+
+
+def _multi_agent_methods() -> tuple[type, type, type]:
+    import importlib
+
+    graph = importlib.import_module(_GRAPH_MODULE).Graph
+    swarm = importlib.import_module(_SWARM_MODULE).Swarm
+    summarizer = importlib.import_module(_SUMMARIZER_MODULE).SummarizingConversationManager
+    _own_method(graph, _NODE_INPUT, ["self", "node"])
+    _own_method(swarm, _NODE_INPUT, ["self", "target_node"])
+    _own_method(summarizer, _SUMMARY, ["self", "messages", "agent"])
+    return graph, swarm, summarizer
+
+
+def watch_multi_agent(
+    node_starting: Callable[[str, list[str]], None], outside_turn: Callable[[str], AbstractContextManager[Any]]
+) -> None:
+    """Call ``node_starting(node_id, inputs)`` in a Graph or Swarm node's context just before Strands runs it
+    (``inputs``: a Graph node's dependencies whose results its input holds, in that order; a Swarm node's the agent
+    that handed off to it), and run a summarizing conversation manager's summary inside ``outside_turn("summary")``
+    (once; later calls do nothing).
+
+    Raises:
+        UpstreamChangedError: one of the three methods is not where it was.
+    """
+    with _lock:
+        if _watched:
+            return
+        graph, swarm, summarizer = _multi_agent_methods()
+        graph_input, swarm_input = graph.__dict__[_NODE_INPUT], swarm.__dict__[_NODE_INPUT]
+        summary = summarizer.__dict__[_SUMMARY]
+
+        @functools.wraps(graph_input)
+        def graph_node_input(graph_self: Any, node: Any) -> Any:
+            built = graph_input(graph_self, node)
+            texts = [block.get("text") for block in built if isinstance(block, dict)]
+            sources = {e.from_node.node_id for e in graph_self.edges if e.to_node == node}
+            position = {text: i for i, text in enumerate(texts) if isinstance(text, str)}
+            fed = [(position[f"\nFrom {s}:"], s) for s in sources if f"\nFrom {s}:" in position]
+            node_starting(node.node_id, [source for _, source in sorted(fed)])
+            return built
+
+        @functools.wraps(swarm_input)
+        def swarm_node_input(swarm_self: Any, target_node: Any) -> Any:
+            history = swarm_self.state.node_history
+            node_starting(target_node.node_id, [history[-1].node_id] if history else [])
+            return swarm_input(swarm_self, target_node)
+
+        @functools.wraps(summary)
+        def generate_summary(manager: Any, messages: Any, agent: Any) -> Any:
+            with outside_turn("summary"):
+                return summary(manager, messages, agent)
+
+        graph._build_node_input = graph_node_input  # type: ignore[attr-defined]
+        swarm._build_node_input = swarm_node_input  # type: ignore[attr-defined]
+        summarizer._generate_summary = generate_summary  # type: ignore[attr-defined]
+        _watched.append(True)
+
+
 def verify() -> None:
     """Check that everything this module relies on is where it was in the checked versions.
 
@@ -178,6 +257,7 @@ def verify() -> None:
     if not hasattr(strands_tracer, _TRACER_INSTANCE):
         raise _changed(f"{_TRACER_MODULE} has no {_TRACER_INSTANCE}")
     _tracer_init(strands_tracer)
+    _multi_agent_methods()
     try:
         from strands.models.openai import OpenAIModel
     except ImportError:  # the openai extra is not installed: nothing to wrap
