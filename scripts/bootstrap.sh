@@ -36,9 +36,40 @@ if [ ! -x .venv/bin/python ]; then
     echo "bootstrap: creating .venv with $py ($("$py" --version))"
     "$py" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored" || true
-.venv/bin/python -m pip install --quiet -e ./core -e ./exporters -e ./collector -e ".[dev]" 2>&1 |
-    grep -v "is ignored" || true
+# pip's own output, condensed to a line per distribution of the checkout and one every ten packages (the first install takes minutes and would
+# otherwise be silent), its errors and warnings passed on; all of it in .venv/pip-install.log. Unbuffered, so that
+# each line shows when pip writes it.
+progress() {
+    local started=$SECONDS seen=0 line name
+    while IFS= read -r line; do
+        case "$line" in
+        Obtaining*)
+            name=${line#Obtaining file://"$PWD"}
+            echo "bootstrap: preparing .$name from the checkout ($((SECONDS - started)) s)" ;;
+        Collecting* | "Requirement already satisfied"*)
+            seen=$((seen + 1))
+            if [ $((seen % 10)) -eq 1 ]; then
+                name=${line#*: }; name=${name#Collecting }
+                echo "bootstrap: $seen packages checked ($((SECONDS - started)) s; now ${name%% *})"
+            fi ;;
+        "Installing collected packages"*)
+            echo "bootstrap: $seen packages checked; installing ($((SECONDS - started)) s)" ;;
+        "Successfully installed"*)
+            echo "bootstrap: installed in $((SECONDS - started)) s" ;;
+        *"is ignored"*) ;;
+        ERROR* | error* | WARNING*) echo "$line" ;;
+        esac
+    done
+}
+
+echo "bootstrap: installing strands-tito and its dev tools into .venv (the first time takes a few minutes)"
+PYTHONUNBUFFERED=1 .venv/bin/python -m pip install --quiet --upgrade pip 2>&1 | grep -v "is ignored" || true
+PYTHONUNBUFFERED=1 .venv/bin/python -m pip install --progress-bar off -e ./core -e ./exporters -e ./collector \
+    -e ".[dev]" 2>&1 | tee .venv/pip-install.log | progress || true
 # fail here if the install did not work
-.venv/bin/python -c "import strands_tito, strands_tito.trajectory, strands_tito.collector, pytest, mypy"
+if ! .venv/bin/python -c "import strands_tito, strands_tito.trajectory, strands_tito.collector, pytest, mypy"; then
+    echo "bootstrap: the install did not work; the end of pip's output (all of it: .venv/pip-install.log):" >&2
+    tail -n 30 .venv/pip-install.log >&2
+    exit 1
+fi
 echo "$want" > "$stamp"

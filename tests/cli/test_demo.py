@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,31 @@ def test_main_job_writes_an_exact_trajectory(tmp_path: Path, capsys: pytest.Capt
     assert run_demo(tmp_path) == 0
     out = capsys.readouterr().out
     assert "equals what the engine received and produced" in out
-    [record] = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    output = tmp_path / "trajectories.jsonl"
+    assert "the collector wrote a complete trajectory of " in out and f" tokens to {output}," in out
+    [record] = [json.loads(line) for line in output.read_text().splitlines()]
     assert record["complete"] is True
     assert record["resource"]["service.name"] == "strands-tito-demo"
     assert sum(record["loss_mask"]) > 0 and len(record["turns"]) == 2
+    # The variables that switched capture on, as a shell line: the collector's endpoint is the one that got the spans.
+    shown = out[out.index("capture is switched on by these environment variables") :].splitlines()[1:3]
+    variables = dict(word.split("=", 1) for line in shown for word in line.split() if "=" in word)
+    assert variables["STRANDS_TITO_CAPTURE"] == "1" and variables["OTEL_SERVICE_NAME"] == "strands-tito-demo"
+    assert re.fullmatch(r"http://127\.0\.0\.1:\d+", variables["OTEL_EXPORTER_OTLP_ENDPOINT"])
+    assert f"collector {variables['OTEL_EXPORTER_OTLP_ENDPOINT']}" in out
+    assert shown[1].endswith("python -m strands_tito.testing.demo_agent") and "SGLANG_URL=http://" in shown[1]
+
+    # A rerun appends to the same file and says so, naming what it added.
+    assert run_demo(tmp_path) == 0
+    again = capsys.readouterr().out
+    lines = output.read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[0]) == record
+    assert "wrote a complete trajectory" not in again
+    tokens = len(json.loads(lines[1])["token_ids"])
+    assert (
+        f"the collector appended a complete trajectory of {tokens} tokens to {output} (line 2 of 2: earlier runs' "
+        "lines are kept), which equals what the engine received and produced"
+    ) in again
 
 
 def test_example_agent_on_a_non_qwen_family(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

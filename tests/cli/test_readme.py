@@ -6,6 +6,7 @@ The quick start is taken from the README itself: its engine command is run as wr
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -81,7 +82,7 @@ def test_the_quick_start_runs_offline_as_written(quickstart_engine: tuple[str, P
             [sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=_offline_env(), cwd=tmp_path
         )
         assert done.returncode == 0, done.stdout + done.stderr
-        printed = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+        printed = _printed(done.stdout)
         assert "425" in printed["answer"]
         records = [json.loads(line) for line in record.read_text().splitlines()]
         calls = [r for r in records if r["path"] == "/generate" and r["status"] == 200]
@@ -91,9 +92,57 @@ def test_the_quick_start_runs_offline_as_written(quickstart_engine: tuple[str, P
         assert "<tool_call>" in tokenizer.decode(first["output_ids"])
         # The real multiply tool ran: its result is in the prompt of the second call.
         assert "<tool_response>\n425\n</tool_response>" in tokenizer.decode(last["input_ids"])
-        tokens = int(printed["tokens"].split()[0])
-        assert tokens == len(last["input_ids"]) + len(last["output_ids"])
-        assert printed["to train on"].startswith(f"{len(first['output_ids']) + len(last['output_ids'])} tokens")
+        # The token sequence it promises: everything the engine received and produced, the mask on the outputs.
+        token_ids = ast.literal_eval(printed["token ids"])
+        assert token_ids == last["input_ids"] + last["output_ids"]
+        mask = ast.literal_eval(printed["loss mask"])
+        assert len(mask) == len(token_ids) and sum(mask) == len(first["output_ids"]) + len(last["output_ids"])
+        # ... and decoded segment by segment: input, the call, the tool result, the answer.
+        segments = _segments(done.stdout)
+        assert [kind for kind, _, _ in segments] == ["input", "model output", "input", "model output"]
+        assert "".join(text for _, _, text in segments) == tokenizer.decode(token_ids)
+        assert sum(length for kind, length, _ in segments if kind == "model output") == sum(mask)
+        assert segments[1][2].startswith("<tool_call>") and "425" in segments[3][2]
+        assert printed["finish reasons"] == "['stop', 'stop']"
+
+    # Saving the trajectory: the README's commands, the same program with capture switched on by the variable.
+    save, look = (line for line in _blocks(section, "bash")[1].splitlines() if line.strip())
+    assert "STRANDS_TITO_CAPTURE=jsonl:" in save and save.split("#")[0].split()[-2:] == ["python", "quickstart.py"]
+    saved = _shell(save, tmp_path)
+    assert "425" in _printed(saved.stdout)["answer"]
+    calls = [r for r in (json.loads(line) for line in record.read_text().splitlines()) if r["path"] == "/generate"]
+    [trajectory] = [json.loads(line) for line in (tmp_path / "quickstart.jsonl").read_text().splitlines()]
+    assert trajectory["complete"] is True, trajectory["reason"]
+    assert trajectory["token_ids"] == ast.literal_eval(_printed(saved.stdout)["token ids"])
+    assert trajectory["token_ids"] == calls[-1]["input_ids"] + calls[-1]["output_ids"]
+    assert "425" in _shell(look, tmp_path).stdout
+
+
+def _printed(stdout: str) -> dict[str, str]:
+    """The quick start's labelled lines (``answer: ...``, ``token ids: [...]``)."""
+    labels = ("answer", "token ids", "loss mask", "finish reasons")
+    return {label: line.split(": ", 1)[1] for line in stdout.splitlines() for label in labels if line.startswith(label)}
+
+
+def _segments(stdout: str) -> list[tuple[str, int, str]]:
+    """The decoded segments the quick start prints: (kind, length, text), each text as printed (print's newline off)."""
+    parts = re.split(r"^--- (input|model output), loss mask [01]: (\d+) tokens ---\n", stdout, flags=re.M)
+    texts = parts[3::3]
+    texts[-1] = texts[-1][: texts[-1].rindex("finish reasons: ")]
+    return [
+        (kind, int(length), text.removesuffix("\n"))
+        for kind, length, text in zip(parts[1::3], parts[2::3], texts, strict=True)
+    ]
+
+
+def _shell(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A README command line, run as a user's shell runs it, with this environment's commands first on PATH."""
+    env = _offline_env()
+    env.pop("STRANDS_TITO_CAPTURE")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env["PATH"]])
+    done = subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
 
 
 def test_the_engine_doc_script_is_a_valid_script_file() -> None:

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -114,6 +115,11 @@ def _start_collector(out: Path) -> tuple[Collector, asyncio.AbstractEventLoop]:
     return collector, loop
 
 
+def _assignments(variables: dict[str, str]) -> str:
+    """``NAME=value ...`` as a shell line sets them."""
+    return " ".join(f"{name}={shlex.quote(value)}" for name, value in variables.items())
+
+
 def _command() -> str:
     """``strands-tito``, or after ``make demo`` (its .venv/bin is not on PATH) the path that works from here."""
     if shutil.which("strands-tito") is not None:
@@ -137,17 +143,16 @@ def run_demo(out: Path = Path("strands-tito-demo"), chat_template: str | None = 
     collector, loop = _start_collector(out)
     try:
         with LocalEngine(tokenizer, scripts=[script], eos_token_ids=stops) as engine:  # type: ignore[arg-type]
-            env = {
-                **os.environ,
-                **({variable("family").name: name} if name else {}),
-                "SGLANG_URL": engine.base_url,
+            switches = {
                 variable("capture").name: "1",
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.http_port}",
                 "OTEL_SERVICE_NAME": "strands-tito-demo",
             }
-            print(
-                f"engine {engine.base_url}, collector http://127.0.0.1:{collector.http_port}; running python -m {AGENT}"
-            )
+            given = {**({variable("family").name: name} if name else {}), "SGLANG_URL": engine.base_url}
+            env = {**os.environ, **given, **switches}
+            print(f"engine {engine.base_url}, collector http://127.0.0.1:{collector.http_port}")
+            print("capture is switched on by these environment variables alone (the agent has no telemetry code):")
+            print(f"  {_assignments(switches)} \\\n  {_assignments(given)} python -m {AGENT}")
             done = subprocess.run([sys.executable, "-m", AGENT], env=env, capture_output=True, text=True, timeout=300)
             if done.returncode != 0:
                 print(done.stdout + done.stderr, file=sys.stderr)
@@ -171,9 +176,13 @@ def run_demo(out: Path = Path("strands-tito-demo"), chat_template: str | None = 
     print(render_text(record, Decoder(tokenizer), color=sys.stdout.isatty()))
     last = records[-1]
     exact = record["complete"] and record["token_ids"] == (last.input_ids or []) + (last.output_ids or [])
+    what = f"{'a complete' if record['complete'] else 'an INCOMPLETE'} trajectory of {len(record['token_ids'])} tokens"
+    if already:
+        done_with = f"appended {what} to {output} (line {len(lines)} of {len(lines)}: earlier runs' lines are kept)"
+    else:
+        done_with = f"wrote {what} to {output}"
     print(
-        f"\n{len(records)} /generate calls; the collector wrote a {'complete' if record['complete'] else 'INCOMPLETE'}"
-        f" trajectory of {len(record['token_ids'])} tokens to {output}, which "
+        f"\n{len(records)} /generate calls; the collector {done_with}, which "
         f"{'equals' if exact else 'DIFFERS FROM'} what the engine received and produced"
     )
     if name is None:
