@@ -59,6 +59,7 @@ if TYPE_CHECKING:
     from strands_tito.providers.sglang import (
         HistoryRewrittenError,
         ImagesNotSupportedError,
+        RoutedExpertsLayoutError,
         SGLangAbortedError,
         SGLangConfig,
         SGLangInvalidSampleError,
@@ -134,6 +135,7 @@ _EXPORTS: dict[str, str] = {
     "PromptError": "providers.prompt",
     "HistoryRewrittenError": "providers.sglang",
     "ImagesNotSupportedError": "providers.sglang",
+    "RoutedExpertsLayoutError": "providers.sglang",
     "SGLangAbortedError": "providers.sglang",
     "SGLangConfig": "providers.sglang",
     "SGLangModel": "providers.sglang",
@@ -201,6 +203,7 @@ __all__ = [
     "RetryPolicy",
     "RewardTargetError",
     "Rollout",
+    "RoutedExpertsLayoutError",
     "SGLangAbortedError",
     "SGLangCancelledError",
     "SGLangClient",
