@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from strands_tito.providers.sglang import (
         HistoryRewrittenError,
         ImagesNotSupportedError,
+        RoutedExpertsLayoutError,
         SGLangAbortedError,
         SGLangConfig,
         SGLangInvalidSampleError,
@@ -141,6 +142,7 @@ _EXPORTS: dict[str, str] = {
     "PromptError": "providers.prompt",
     "HistoryRewrittenError": "providers.sglang",
     "ImagesNotSupportedError": "providers.sglang",
+    "RoutedExpertsLayoutError": "providers.sglang",
     "SGLangAbortedError": "providers.sglang",
     "SGLangConfig": "providers.sglang",
     "SGLangModel": "providers.sglang",
@@ -208,6 +210,7 @@ __all__ = [
     "RetryPolicy",
     "RewardTargetError",
     "Rollout",
+    "RoutedExpertsLayoutError",
     "SGLangAbortedError",
     "SGLangCancelledError",
     "SGLangClient",
