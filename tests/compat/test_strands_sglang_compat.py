@@ -207,8 +207,8 @@ def test_the_0_6_2_checks_left_out_behave_as_docs_migration_says() -> None:
     """Keyword construction, a routing slice before any turn and ``raw`` on a built-in parser's valid call: each
     differs from 0.6.2 as docs/migration.md says, with the checked way it names."""
     from strands_tito import Rollout
-    from strands_tito.trajectory import TrajectoryError
     from strands_tito.tool_parsers import HermesToolParser
+    from strands_tito.trajectory import TrajectoryError
 
     fields = {"token_ids": [1, 2, 3], "loss_mask": [0, 0, 1], "logprobs": [None, None, -0.5]}
     with pytest.raises(TrajectoryError, match="model_validate"):

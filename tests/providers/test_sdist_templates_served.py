@@ -192,7 +192,7 @@ async def test_mistral_nemo_calls_are_exact_with_mistral_and_a_second_user_turn_
     call_id = "a1B2c3D4e"
     call = "[TOOL_CALLS]" + json.dumps([{"name": "calculator", "arguments": ARGUMENTS, "id": call_id}])
     answer = "25 * 17 = 425."
-    engine = start(start_engine, tokenizer, "</s>", [call, answer, "unused"])
+    engine = start(start_engine, tokenizer, "</s>", [call, answer])
     model = make_model(engine, tokenizer)  # "auto"
     agent = make_agent(model, [calculator], system_prompt=SYSTEM)
     assert str(await agent.invoke_async(QUERY_1)).strip() == answer
@@ -222,6 +222,15 @@ async def test_mistral_nemo_calls_are_exact_with_mistral_and_a_second_user_turn_
     with pytest.raises(PromptError, match="writes the system message into the last user message"):
         await agent.invoke_async(QUERY_2)
     assert len(generate_records(engine)) == len(records)
+    # What the refusal suggests: the second user turn rendered whole, as a new sample, exactly as sent.
+    agent.messages.pop()  # the refused query
+    model.update_config(reasoning_retention="template")
+    engine.core.default = Reply(text="6 * 7 = 42.</s>", eos=False)  # a new sample is a new engine conversation
+    assert str(await agent.invoke_async(QUERY_2)).strip() == "6 * 7 = 42."
+    last = generate_records(engine)[-1]
+    assert len(model.samples) == 2 and model.samples[1].token_ids == (last.input_ids or []) + (last.output_ids or [])
+    whole = [*after_call, {"role": "assistant", "content": answer}, {"role": "user", "content": QUERY_2}]
+    assert last.input_ids == rendered(tokenizer, whole, tools)
 
 
 def test_mistral_nemo_list_calls_are_strict() -> None:

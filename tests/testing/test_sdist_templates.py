@@ -48,7 +48,7 @@ def stand_in(template: str) -> Any:
     found = sorted(set(SPECIAL.findall(template)) - set(tokenizer.get_added_vocab()))
     tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in found], special_tokens=True)
     tokenizer.chat_template = template
-    if "</s>" in found:  # Mistral's templates write the eos token after a call
+    if "</s>" in found or "[INST]" in found:  # Mistral's templates write the eos token (</s>) after a call
         tokenizer.eos_token = "</s>"
     return tokenizer
 
