@@ -198,6 +198,7 @@ def record_turn(
         finish_reason=turn.finish_reason,
         encoding=encoding,
         cached_tokens=turn.cached_tokens,
+        latency_s=turn.latency_s,
         request_id=turn.request_id,
         weight_version=turn.weight_version,
         weight_versions=turn.weight_versions,
