@@ -347,7 +347,7 @@ def _worst_lines(comparison: Comparison, ids_of: Any, recomputer: Recomputer, in
     return lines
 
 
-def run(  # noqa: PLR0913  one parameter per option of the command
+def run(
     records: Iterator[dict[str, Any]],
     recomputer: Recomputer,
     *,

@@ -18,6 +18,7 @@ import json
 import sys
 from typing import Any
 
+
 def _reply(message: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
@@ -36,7 +37,8 @@ def main(argv: list[str]) -> int:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if device_name == "auto" else device_name
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype_name]
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True).to(device)
+        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True)
+        model = model.to(device)
     except (OSError, ValueError) as e:
         _reply({"error": f"cannot load the model from {model_dir}: {str(e).splitlines()[0]}"})
         return 1

@@ -17,19 +17,13 @@ The central assertion everywhere: the trajectory is exactly what the server rece
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import orjson
 import pytest
@@ -61,6 +55,7 @@ from strands_tito.testing.family_tokenizers import stand_in_tokenizer
 from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
 
+from ..helpers.agents import DRIFT_CASES, IM_END, assert_matches_engine, calculator, decode, hermes_call, make_agent
 from ..helpers.vllm_server import (
     VLLM_FAMILY_MODEL_ENV,
     VLLM_MODEL_ENV,
@@ -68,7 +63,6 @@ from ..helpers.vllm_server import (
     serve_vllm,
     vllm_paths,
 )
-from ..helpers.agents import DRIFT_CASES, IM_END, assert_matches_engine, calculator, decode, hermes_call, make_agent
 
 GENERATE = "/inference/v1/generate"
 COMPLETIONS = "/v1/completions"
@@ -424,8 +418,6 @@ async def test_real_vllm_length_finish_and_prompt_logprobs(vllm_server: str, qwe
     ]
     assert trajectory.logprobs[: turn.output_start] == server_prompt_logprobs
     assert Path(os.environ[VLLM_MODEL_ENV], "config.json").exists()
-
-
 
 
 @pytest.mark.vllm
