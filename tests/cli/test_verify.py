@@ -20,7 +20,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from strands_tito.html_view import TokenTexts, index_row, trajectory_payload
 from strands_tito.verify import Comparison, ForwardPass, compare, importance_weights
+from strands_tito.viewer import Decoder
 
 from ..helpers.collector import CollectorProcess, read_records
 from ..helpers.vllm_server import VLLM_REAL_MODEL_ENV, serve_vllm, vllm_paths
@@ -195,6 +197,11 @@ def test_verify_agrees_on_real_vllm_records_and_catches_a_shifted_mask(tmp_path:
         weights = [w for w in verified["importance_weights"] if w is not None]
         assert len(weights) == sum(compared) and all(0.5 < w < 2.0 for w in weights)
         assert all(t <= 2.0 for t in verified["truncated_importance_weights"] if t is not None)
+        # The viewer: the verdict and mean |Δ| in the index, the recomputed logprobs beside the recorded ones.
+        row = index_row(0, verified)
+        assert (row["verify"], row["verify_diff"]) == ("noise", verified["verify"]["mean_abs_diff"])
+        payload = trajectory_payload(verified, TokenTexts(Decoder()))
+        assert [v is not None for v in payload["recomputed"]] == compared
 
     shifted = jsonl(tmp_path / "shifted.jsonl", [shifted_by_one(r) for r in records])
     done = verify(shifted, "--model", model_dir, "--python", python, "--json", report)
