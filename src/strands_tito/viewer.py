@@ -122,9 +122,10 @@ def render_text(record: Mapping[str, Any], decode: Decoder, color: bool = True) 
         lines.append(f"{GREEN}{text}{RESET}" if color and is_output else (f"{DIM}{text}{RESET}" if color else text))
     lines.append("turn  prompt+  output  finish  cached  mean logprob  min logprob")
     for row in turn_rows(record):
+        cached = "-" if row["cached"] is None else row["cached"]
         lines.append(
             f"{row['turn']:>4}  {row['prompt']:>7}  {row['output']:>6}  {printable(str(row['finish'])):>6}"
-            f"  {'-' if row['cached'] is None else row['cached']:>6}  {row['mean_logprob']:>12.3f}  {row['min_logprob']:>11.3f}"
+            f"  {cached:>6}  {row['mean_logprob']:>12.3f}  {row['min_logprob']:>11.3f}"
         )
     return "\n".join(lines)
 

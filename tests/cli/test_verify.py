@@ -25,14 +25,9 @@ from strands_tito.verify import Comparison, ForwardPass, compare, importance_wei
 from strands_tito.viewer import Decoder
 
 from ..helpers.collector import CollectorProcess, read_records
-from ..helpers.vllm_server import VLLM_REAL_MODEL_ENV, serve_vllm, vllm_paths
+from ..helpers.vllm_server import VLLM_REAL_MODEL_ENV, run_verify, serve_vllm, vllm_paths
 
-CLI = [sys.executable, "-m", "strands_tito.cli", "verify"]
 RECORD = {"trajectory_id": "t", "token_ids": [1, 2, 3], "loss_mask": [0, 1, 1], "logprobs": [None, -1.0, -2.0]}
-
-
-def verify(*args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout)
 
 
 def jsonl(path: Path, records: list[dict[str, Any]]) -> Path:
@@ -74,7 +69,7 @@ def test_bad_input_fails_in_one_line(tmp_path: Path, model_dir: Path, case: str,
     if case != "not json" and case != "missing file":
         jsonl(path, records)
     # The project's own Python has no torch (the recomputing Python is --python); with one, config.json is empty.
-    done = verify(path, "--model", model, "--python", python)
+    done = run_verify(path, "--model", model, "--python", python)
     assert done.returncode == 2, done.stderr
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("strands-tito verify: ") and says in line
@@ -180,7 +175,9 @@ def test_verify_agrees_on_real_vllm_records_and_catches_a_shifted_mask(tmp_path:
     assert all(t["cached_tokens"] is None and t["latency_s"] > 0 for t in turns)
 
     out, report = tmp_path / "verified.jsonl", tmp_path / "verify.json"
-    done = verify(tmp_path / "records.jsonl", "--model", model_dir, "--python", python, "--out", out, "--json", report)
+    done = run_verify(
+        tmp_path / "records.jsonl", "--model", model_dir, "--python", python, "--out", out, "--json", report
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     numbers = json.loads(report.read_text())
     overall = numbers["overall"]
@@ -204,7 +201,7 @@ def test_verify_agrees_on_real_vllm_records_and_catches_a_shifted_mask(tmp_path:
         assert [v is not None for v in payload["recomputed"]] == compared
 
     shifted = jsonl(tmp_path / "shifted.jsonl", [shifted_by_one(r) for r in records])
-    done = verify(shifted, "--model", model_dir, "--python", python, "--json", report)
+    done = run_verify(shifted, "--model", model_dir, "--python", python, "--json", report)
     assert done.returncode == 1, done.stdout + done.stderr
     numbers = json.loads(report.read_text())
     assert numbers["overall"]["verdict"] == "misaligned" and numbers["overall"]["mean_abs_diff"] > 0.2

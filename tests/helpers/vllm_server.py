@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,3 +80,9 @@ def serve_vllm(python: str, model_dir: str, log_path: Path, *args: str) -> Itera
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+def run_verify(*args: str | Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``strands-tito verify ARGS`` as a user runs it (a fresh process of the project's Python)."""
+    command = [sys.executable, "-m", "strands_tito.cli", "verify", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)

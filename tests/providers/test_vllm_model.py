@@ -49,6 +49,7 @@ from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.prompt import format_tool_specs
 from strands_tito.providers.rendering import render_chat_template
+from strands_tito.records import ExportedRecord
 from strands_tito.testing.engine import EngineRecord, Fault, LocalEngine, Reply, Script
 from strands_tito.testing.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
 from strands_tito.testing.family_tokenizers import stand_in_tokenizer
@@ -60,6 +61,7 @@ from ..helpers.vllm_server import (
     VLLM_FAMILY_MODEL_ENV,
     VLLM_MODEL_ENV,
     VLLM_REAL_MODEL_ENV,
+    run_verify,
     serve_vllm,
     vllm_paths,
 )
@@ -319,8 +321,9 @@ def real_agent(model: VLLMModel, regexes: list[str]) -> Agent:
 
 @pytest.mark.vllm
 @pytest.mark.timeout(900)
-async def test_real_vllm_tool_agent_trajectory_is_the_servers_tokens(vllm_server: str, qwen3, memory) -> None:  # type: ignore[no-untyped-def]
+async def test_real_vllm_tool_agent_trajectory_is_the_servers_tokens(vllm_server: str, qwen3, memory, tmp_path) -> None:  # type: ignore[no-untyped-def]
     trajectories: dict[str, Trajectory] = {}
+    records: list[ExportedRecord] = []
     for endpoint in ("generate", "completions"):
         model = make_vllm(vllm_server, qwen3, endpoint=endpoint, return_prompt_token_ids=True)
         exchanges = recording(model)
@@ -368,8 +371,20 @@ async def test_real_vllm_tool_agent_trajectory_is_the_servers_tokens(vllm_server
         record = reassemble(memory, trajectory.trajectory_id)
         assert record.complete, record.reason
         assert_same_trajectory(record.trajectory, trajectory)
+        records.append(record.to_dict())
     # Same seed, same server: both endpoints give the same tokens.
     assert trajectories["generate"].token_ids == trajectories["completions"].token_ids
+
+    # A trainer's recomputation agrees with every generated token's recorded logprob, tool results in between: the
+    # forced calls are the model's own tokens (structured output masks, vLLM reports the raw logprobs).
+    python, model_dir = vllm_paths(VLLM_MODEL_ENV)
+    assert all(sum(is_output for is_output, _ in r["segments"]) == 4 for r in records)  # 3 prompts between 4 outputs
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = run_verify(path, "--model", model_dir, "--python", python, "--json", tmp_path / "verify.json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    overall = json.loads((tmp_path / "verify.json").read_text())["overall"]
+    assert overall["verdict"] == "noise" and overall["tokens"] == sum(sum(r["loss_mask"]) for r in records)
 
 
 @pytest.mark.vllm
