@@ -10,7 +10,8 @@ and a verdict:
 * ``mismatch``: aligned (the recorded values fit these positions far better than the next ones) but beyond noise:
   other weights, dtype or kernels, or a prompt the trainer would rebuild differently;
 * ``misaligned``: the shifted-mask control (each recorded logprob against the recomputed one a position later) is
-  within a factor 2 of the aligned difference: the mask, the token ids or the logprobs are not where they belong.
+  within a factor 2 of the aligned difference: the mask, the token ids or the logprobs are not where they belong,
+  or the model is far from the one that served (one Adam step at lr 1e-4 on SmolLM2-135M already reads so).
 
 The forward pass runs in :mod:`strands_tito.verify_worker`, in ``--python`` (default: this interpreter), which needs
 only torch and transformers. Records stream through one at a time (JSONL lines, Parquet row batches); ``--out``
