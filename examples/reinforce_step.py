@@ -55,8 +55,9 @@ def main() -> None:
     moved = max((value.detach() - before[name]).abs().max().item() for name, value in model.named_parameters())
     a.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(a.out)
+    tokenizer_files = ("tokenizer", "special_tokens", "vocab", "merges", "chat_template")
     for name in a.model.iterdir():  # the tokenizer and chat template, as they were
-        if name.is_file() and (name.name.startswith(("tokenizer", "special_tokens", "vocab", "merges", "chat_template"))):
+        if name.is_file() and name.name.startswith(tokenizer_files):
             shutil.copy(name, a.out / name.name)
     print(json.dumps({"loss": loss.item(), "generated_tokens": generated, "max_weight_change": moved}))
 
