@@ -387,6 +387,7 @@ def chain_turn(trajectory: Trajectory, index: int, turn: TurnSpan) -> str | None
             prompt_logprobs=turn.prompt_logprobs,
             output_logprobs=turn.output_logprobs,
             cached_tokens=turn.cached_tokens,
+            latency_s=turn.latency_s,
             request_id=turn.request_id,
             weight_version=turn.weight_version,
             weight_versions=turn.weight_versions,

@@ -87,7 +87,8 @@ class TurnEntry(TypedDict):
     finish_reason: str
     matched_stop: str | None
     prompt_tokens: int
-    cached_tokens: int
+    cached_tokens: int | None
+    """Prompt tokens the server's prefix cache served; None when the server did not report it."""
     latency_s: float | None
     request_id: str | None
     weight_version: str | None

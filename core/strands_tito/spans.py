@@ -38,7 +38,8 @@ PROMPT_LOGPROBS = PREFIX + "prompt.logprobs"
 OUTPUT_IDS = PREFIX + "output.token_ids"
 OUTPUT_LOGPROBS = PREFIX + "output.logprobs"
 FINISH_REASON = PREFIX + "finish_reason"
-CACHED_TOKENS = PREFIX + "cached_tokens"
+CACHED_TOKENS = PREFIX + "cached_tokens"  # absent: the server did not report it
+LATENCY_S = PREFIX + "latency_s"  # absent: not measured
 REQUEST_ID = PREFIX + "request_id"
 WEIGHT_VERSION = PREFIX + "weight_version"
 # Which weights sampled which output tokens: JSON ``[{"version", "start", "end"}]`` as bytes (absent: not said).
@@ -154,7 +155,8 @@ class TurnSpan:
     output_ids: list[int]
     output_logprobs: list[float | None] | None
     finish_reason: str
-    cached_tokens: int = 0
+    cached_tokens: int | None = None
+    latency_s: float | None = None
     request_id: str | None = None
     weight_version: str | None = None
     model_id: str | None = None
@@ -257,7 +259,8 @@ def turn_attributes(  # noqa: PLR0913, PLR0917  one parameter per attribute of t
     *,
     finish_reason: str,
     encoding: Encoding = "packed",
-    cached_tokens: int = 0,
+    cached_tokens: int | None = None,
+    latency_s: float | None = None,
     request_id: str | None = None,
     weight_version: str | None = None,
     model_id: str | None = None,
@@ -285,11 +288,16 @@ def turn_attributes(  # noqa: PLR0913, PLR0917  one parameter per attribute of t
         OUTPUT_IDS: encode_ids(output_ids, encoding),
         OUTPUT_LOGPROBS: encode_logprobs(output_logprobs, encoding),
         FINISH_REASON: finish_reason,
-        CACHED_TOKENS: cached_tokens,
     }
     if output_logprobs is None:
         del attributes[PROMPT_LOGPROBS], attributes[OUTPUT_LOGPROBS]
-    optional = {REQUEST_ID: request_id, WEIGHT_VERSION: weight_version, MODEL_ID: model_id}
+    optional = {
+        CACHED_TOKENS: cached_tokens,
+        LATENCY_S: latency_s,
+        REQUEST_ID: request_id,
+        WEIGHT_VERSION: weight_version,
+        MODEL_ID: model_id,
+    }
     attributes.update((key, value) for key, value in optional.items() if value is not None)
     if weight_versions:
         # Bytes, like the tool parse errors: the SDK's length limits only ever cut strings.
@@ -391,6 +399,16 @@ def _get_str(attributes: Mapping[str, Any], key: str, limit: int = MAX_NAME) -> 
     value: str = _get(attributes, key, str)
     if len(value) > limit:
         raise SpanSchemaError(f"attribute {key} is longer than {limit} characters")
+    return value
+
+
+def _opt_duration(attributes: Mapping[str, Any], key: str) -> float | None:
+    """An optional duration in seconds: absent gives None, present must be a finite number, not negative."""
+    if key not in attributes:
+        return None
+    value = float(_get(attributes, key, (int, float)))
+    if not (math.isfinite(value) and value >= 0):
+        raise SpanSchemaError(f"attribute {key} must be a finite number of seconds, not negative")
     return value
 
 
@@ -498,7 +516,8 @@ def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
         if image_token_id is not None and int((prompt_ids == image_token_id).sum()) != len(images):
             raise SpanSchemaError(f"{IMAGES}: the prompt tokens hold a placeholder count other than {len(images)}")
     finish_reason = checks.finish_reason(_get_str(attributes, FINISH_REASON), FINISH_REASON, SpanSchemaError)
-    cached_tokens = _get_int(attributes, CACHED_TOKENS, 0, MAX_INDEX) if CACHED_TOKENS in attributes else 0
+    cached_tokens = _get_int(attributes, CACHED_TOKENS, 0, MAX_INDEX) if CACHED_TOKENS in attributes else None
+    latency_s = _opt_duration(attributes, LATENCY_S)
     request_id = _opt_str_attr(attributes, REQUEST_ID)
     weight_version = _opt_str_attr(attributes, WEIGHT_VERSION)
     weight_versions = _weight_versions(attributes.get(WEIGHT_VERSIONS), len(output_ids), weight_version)
@@ -516,6 +535,7 @@ def _decode_turn(attributes: Mapping[str, Any], trajectory_id: str, unpack: bool
         output_logprobs=_logprobs_list(output_logprobs),
         finish_reason=finish_reason,
         cached_tokens=cached_tokens,
+        latency_s=latency_s,
         request_id=request_id,
         weight_version=weight_version,
         model_id=model_id,

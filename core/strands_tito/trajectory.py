@@ -72,7 +72,7 @@ class Turn:
     prefix_crc32: int = 0
     matched_stop: int | str | None = None
     prompt_tokens: int = 0
-    cached_tokens: int = 0
+    cached_tokens: int | None = None
     latency_s: float | None = None
     request_id: str | None = None
     weight_version: str | None = None
@@ -247,7 +247,7 @@ class Trajectory:
         output_logprobs: Sequence[float | None] | None = None,
         matched_stop: int | str | None = None,
         prompt_tokens: int | None = None,
-        cached_tokens: int = 0,
+        cached_tokens: int | None = None,
         latency_s: float | None = None,
         request_id: str | None = None,
         weight_version: str | None = None,
@@ -268,7 +268,7 @@ class Trajectory:
             output_logprobs: Server logprobs of ``output_ids``, each real; None: no logprobs (as every other turn).
             matched_stop: The stop token id or string the server matched.
             prompt_tokens: The server's count of the whole prompt; must equal the new trajectory prefix length.
-            cached_tokens: Prompt tokens served from the server's prefix cache.
+            cached_tokens: Prompt tokens served from the server's prefix cache (None: the server did not say).
             latency_s: Server-side latency.
             request_id: Server request id.
             weight_version: Policy weight version reported by the server.
@@ -373,7 +373,7 @@ class Trajectory:
         self,
         new: _CheckedTurn,
         matched_stop: int | str | None,
-        cached_tokens: int,
+        cached_tokens: int | None,
         latency_s: float | None,
         request_id: str | None,
         weight_version: str | None,

@@ -34,7 +34,7 @@ class TurnFields(TypedDict):
     output_length: int
     finish_reason: FinishReason
     matched_stop: int | str | None
-    cached_tokens: int
+    cached_tokens: int | None
     latency_s: float | None
     request_id: str | None
     weight_version: str | None

@@ -19,6 +19,8 @@ commands:
   collect   run the collector: OTLP in, trajectories out (strands-tito collect --help)
   inspect   show trajectories from a JSONL or Parquet file (strands-tito inspect --help)
   view      serve the trajectory viewer for a JSONL or Parquet file on 127.0.0.1 (strands-tito view --help)
+  verify    recompute every generated token's logprob with the model and compare it with the recorded one
+            (strands-tito verify --help)
   spool     list the spans agents could not deliver yet, or resend them to a collector (strands-tito spool --help)
 
 test/dev commands (strands_tito.testing, the testing extra):
@@ -60,6 +62,10 @@ def _dispatch(args: list[str]) -> int:
         from strands_tito.viewer import view_main
 
         return view_main(rest)
+    if command == "verify":
+        from strands_tito.verify import verify_main
+
+        return verify_main(rest)
     if command == "spool":
         from strands_tito.capture.spool_command import spool_main
 

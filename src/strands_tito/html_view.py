@@ -103,6 +103,9 @@ def index_row(number: int, record: Mapping[str, Any], run: int = 0) -> dict[str,
         "mean_logprob": _mean(output_logprobs),
         "episode": record.get("episode_id"),
         "agent": record.get("agent_name"),
+        # What `strands-tito verify --out` added (docs/trainers.md): its verdict and mean |recomputed - recorded|.
+        "verify": (record.get("verify") or {}).get("verdict"),
+        "verify_diff": (record.get("verify") or {}).get("mean_abs_diff"),
     }
 
 
@@ -121,6 +124,9 @@ def trajectory_payload(record: Mapping[str, Any], texts: TokenTexts) -> dict[str
         "mask": list(record.get("loss_mask") or []),
         "logprobs": [None if v is None or not math.isfinite(v) else round(v, 4) for v in record.get("logprobs") or []],
         "diverged": _diverged(record),
+        "recomputed": [None if v is None else round(v, 4) for v in record["recomputed_logprobs"]]
+        if record.get("recomputed_logprobs")
+        else None,
     }
 
 

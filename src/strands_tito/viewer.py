@@ -112,7 +112,7 @@ def turn_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "prompt": turn["prompt_length"],
                 "output": turn["output_length"],
                 "finish": turn["finish_reason"],
-                "cached": turn.get("cached_tokens", 0),
+                "cached": turn.get("cached_tokens"),  # None: the server did not report it
                 "mean_logprob": statistics.fmean(values) if values else math.nan,
                 "min_logprob": min(values) if values else math.nan,
             }
@@ -158,9 +158,10 @@ def render_text(record: Mapping[str, Any], decode: Decoder, color: bool = True) 
         lines.append(f"{GREEN}{text}{RESET}" if color and is_output else (f"{DIM}{text}{RESET}" if color else text))
     lines.append("turn  prompt+  output  finish  cached  mean logprob  min logprob")
     for row in turn_rows(record):
+        cached = "-" if row["cached"] is None else row["cached"]
         lines.append(
             f"{row['turn']:>4}  {row['prompt']:>7}  {row['output']:>6}  {printable(str(row['finish'])):>6}"
-            f"  {row['cached']:>6}  {row['mean_logprob']:>12.3f}  {row['min_logprob']:>11.3f}"
+            f"  {cached:>6}  {row['mean_logprob']:>12.3f}  {row['min_logprob']:>11.3f}"
         )
     return "\n".join(lines)
 

@@ -6,5 +6,5 @@
 - ``collector``: the collector's URL and output, ``strands-tito collect`` as a process;
 - ``templates``: each family's reference chat template; ``tool_calls``: one call per tool-call format;
 - ``hostile_cases``: the collector's hostile-input table; ``agl_trainer``: Agent Lightning's trainer code, as shipped;
-  ``slime``: slime's ``Sample`` stand-in.
+  ``slime``: slime's ``Sample`` stand-in; ``vllm_server``: a real vLLM server on CPU (the ``vllm`` tier).
 """

@@ -44,6 +44,10 @@ def assert_same(assembled: Trajectory, original: Trajectory) -> None:
     assert [(t.prompt_length, t.output_length, t.finish_reason) for t in assembled.turns] == [
         (t.prompt_length, t.output_length, t.finish_reason) for t in original.turns
     ]
+    # What the server said of each call travels too: unknown cached tokens stay unknown (None), not 0.
+    assert [(t.cached_tokens, t.latency_s) for t in assembled.turns] == [
+        (t.cached_tokens, t.latency_s) for t in original.turns
+    ]
     for got, want in zip(assembled.logprobs, original.logprobs, strict=True):
         assert (got is None) == (want is None)
         if want is not None:

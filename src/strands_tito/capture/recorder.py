@@ -219,6 +219,7 @@ def _record_turn_on_span(  # noqa: PLR0917  record_turn's arguments, handed on o
         finish_reason=turn.finish_reason,
         encoding=encoding,
         cached_tokens=turn.cached_tokens,
+        latency_s=turn.latency_s,
         request_id=turn.request_id,
         weight_version=turn.weight_version,
         weight_versions=turn.weight_versions,

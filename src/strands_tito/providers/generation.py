@@ -112,7 +112,7 @@ class Generation:
     text: str
     finish_reason: FinishReason
     matched_stop: int | str | None
-    cached_tokens: int
+    cached_tokens: int | None  # None: the server did not report it
     completion_tokens: int
     latency_s: float | None
     request_id: str | None

@@ -393,7 +393,7 @@ def parse_reply(
         text=text,
         finish_reason=finish_type,
         matched_stop=finish.get("matched"),
-        cached_tokens=int(meta.get("cached_tokens") or 0),
+        cached_tokens=int(meta["cached_tokens"]) if isinstance(meta.get("cached_tokens"), int) else None,
         completion_tokens=len(output_ids),
         latency_s=float(latency) if isinstance(latency, int | float) else None,
         request_id=meta.get("id") if isinstance(meta.get("id"), str) else None,

@@ -62,8 +62,9 @@ def turn_events(
         "inputTokens": input_tokens,
         "outputTokens": len(reply.output_ids),
         "totalTokens": input_tokens + len(reply.output_ids),
-        "cacheReadInputTokens": reply.cached_tokens,
     }
+    if reply.cached_tokens is not None:  # unknown is not zero: Strands' usage leaves the key out
+        usage["cacheReadInputTokens"] = reply.cached_tokens
     metrics = {"latencyMs": round((reply.latency_s or 0.0) * 1000)}
     events.append(cast(StreamEvent, {"metadata": {"usage": usage, "metrics": metrics}}))
     return events

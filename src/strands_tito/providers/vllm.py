@@ -241,7 +241,7 @@ class VLLMModel(TokenModel):
         prompt_logprobs = None
         if request.record and self.config.get("return_prompt_logprobs", False) and finish != "abort":
             prompt_logprobs = parse_prompt_logprobs(reply.prompt_logprob_entries, input_ids, request.new_prompt, source)
-        cached = 0
+        cached = None  # vLLM reports it only with --enable-prompt-tokens-details
         details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
         if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
             cached = details["cached_tokens"]
