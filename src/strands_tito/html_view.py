@@ -26,8 +26,9 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import compress
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
@@ -76,15 +77,23 @@ def _diverged(record: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _mean(values: Sequence[float | None]) -> float | None:
-    known = [v for v in values if v is not None and math.isfinite(v)]
+def _output_mean(logprobs: Sequence[float | None], mask: Sequence[int]) -> float | None:
+    """Mean logprob of the generated tokens, the non-finite left out; C-level passes over 32k tokens, not a Python
+    loop (the index pass over a whole run is bound by this and by JSON parsing)."""
+    chosen = list(compress(logprobs, mask))
+    values = cast(list[float], chosen if None not in chosen else [v for v in chosen if v is not None])
+    if not values:
+        return None
+    total = math.fsum(values)
+    if math.isfinite(total):  # a NaN or infinity anywhere would make the sum non-finite
+        return total / len(values)
+    known = [v for v in values if math.isfinite(v)]
     return statistics.fmean(known) if known else None
 
 
 def index_row(number: int, record: Mapping[str, Any], run: int = 0) -> dict[str, Any]:
     """What the index shows of one record (small: no token data); ``run``: which run of the page it belongs to."""
     mask = record.get("loss_mask") or []
-    output_logprobs = [v for v, m in zip(record.get("logprobs") or [], mask, strict=False) if m]
     turns, calls = record.get("turns") or [], record.get("calls") or []
     return {
         "n": number,
@@ -100,7 +109,7 @@ def index_row(number: int, record: Mapping[str, Any], run: int = 0) -> dict[str,
         "diverged": _diverged(record),
         "finish": [t.get("finish_reason") for t in turns] or [c.get("finish_reason") for c in calls],
         "tool_errors": len(record.get("tool_parse_errors") or []),
-        "mean_logprob": _mean(output_logprobs),
+        "mean_logprob": _output_mean(record.get("logprobs") or [], mask),
         "episode": record.get("episode_id"),
         "agent": record.get("agent_name"),
         # What `strands-tito verify --out` added (docs/trainers.md): its verdict and mean |recomputed - recorded|.
