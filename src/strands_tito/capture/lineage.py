@@ -27,6 +27,7 @@ episode, no parent.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -51,6 +52,8 @@ __all__ = [
     "serving_agent",
     "watch_nodes",
 ]
+
+logger = logging.getLogger(__name__)
 
 _INVOKE_AGENT = "invoke_agent"
 #: Strands' span of one Graph or Swarm run, and the kind of run it is.
@@ -199,9 +202,12 @@ def attach_span_tree(provider: Any = None) -> None:
 def watch_nodes() -> None:
     """Have Strands' Graph and Swarm say which node they start and what fed it, and its summarizer what it calls the
     model for (once)."""
-    from strands_tito.upstream import strands_sdk
+    from strands_tito.upstream import UpstreamChangedError, strands_sdk
 
-    strands_sdk.watch_multi_agent(node_starting, outside_turn)
+    try:
+        strands_sdk.watch_multi_agent(node_starting, outside_turn)
+    except UpstreamChangedError as error:  # lineage loses graph/swarm nodes and summaries; the tokens are unaffected
+        logger.warning("records will not name graph or swarm nodes, nor mark summaries: %s", error)
 
 
 def note_turn(trajectory_id: str) -> None:
