@@ -106,7 +106,12 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     known = dict(capture_cost.SETTINGS + capture_cost.CANDIDATES + capture_cost.REFERENCES)
-    settings = [(label, known[label]) for label in args.settings.split(",")]
+    # LABEL@REF: the setting with strands-tito at a git ref (capture_cost.py's), for before/after in one run.
+    settings = [
+        (label, {**known[base], **({"BENCH_REF": ref} if ref else {})})
+        for label in args.settings.split(",")
+        for base, _, ref in [label.partition("@")]
+    ]
     sizes = [int(x) for x in args.sizes.split(",")]
     begun = time.time()
     with tempfile.TemporaryDirectory(prefix="capture_instructions-") as tmp, capture_cost.part3_services() as services:

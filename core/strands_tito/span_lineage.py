@@ -83,7 +83,10 @@ class NodePlace:
         step, inputs = value.get("step", 0), value.get("inputs", [])
         texts = [kind, run_id, node_id, *(inputs if isinstance(inputs, list) else [None])]
         if (
-            kind not in NODE_KINDS
+            not isinstance(kind, str)
+            or not isinstance(run_id, str)
+            or not isinstance(node_id, str)
+            or kind not in NODE_KINDS
             or not all(isinstance(t, str) and len(t) <= MAX_LENGTH for t in texts)
             or isinstance(step, bool)
             or not isinstance(step, int)

@@ -402,7 +402,15 @@ def test_events_are_agent_lightning_shapes() -> None:
     assert events[0]["data"]["server"] == {"model": "Qwen/Qwen3-8B", "version": None}
     assert RewardData.model_validate(events[3]["data"]).value == 1.0
     # Lineage travels on every event's marker (the triplet view drops it; the raw view keeps it).
-    lineage = {"episode_id": "rollout-7", "sample_index": 0, "parent_trajectory_id": "abc", "agent_name": "solver"}
+    lineage = {
+        "episode_id": "rollout-7",
+        "sample_index": 0,
+        "parent_trajectory_id": "abc",
+        "agent_name": "solver",
+        "invocation_index": 1,  # the multi-agent structure too: a trainer credits per node from the raw view
+        "purpose": "summary",
+        "node": {"kind": "swarm", "run_id": "00f0", "node_id": "solver", "step": 1, "inputs": ["planner"]},
+    }
     for event in build_events({**record, **lineage}):
         assert event["data"][MARKER] == {
             "trajectory_id": trajectory.trajectory_id,

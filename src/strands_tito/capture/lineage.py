@@ -10,7 +10,8 @@ without exporting them (``RECORD_ONLY``, see :mod:`~strands_tito.capture.sampler
 span ended (an async generator's context leaks into its consumer's) is skipped: only open frames count.
 
 - the agent is the nearest open agent frame (its ``gen_ai.agent.name``);
-- the parent trajectory is the first one recorded under an enclosing agent frame (the calling agent);
+- the parent trajectory is the one whose turn was recorded last under the enclosing agent frame (the calling
+  agent's, the turn that called the tool);
 - the episode is the parent's episode, else the Agent Lightning rollout, else the trace the trajectory started in
   (shared by an orchestrator and its sub-agents, and by the agents of one swarm or graph);
 - the place in a Graph or Swarm (:class:`~strands_tito.span_lineage.NodePlace`) comes from the node Strands was
@@ -26,6 +27,7 @@ episode, no parent.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -45,10 +47,13 @@ __all__ = [
     "attach_span_tree",
     "is_frame_span",
     "lineage_of",
+    "note_turn",
     "outside_turn",
     "serving_agent",
     "watch_nodes",
 ]
+
+logger = logging.getLogger(__name__)
 
 _INVOKE_AGENT = "invoke_agent"
 #: Strands' span of one Graph or Swarm run, and the kind of run it is.
@@ -70,7 +75,7 @@ class _Frame:
     span_id: int = 0
     place: NodePlace | None = None  # the graph or swarm node this frame runs as
     is_open: bool = True
-    trajectory: str | None = None  # agent frames: the first trajectory recorded under it
+    trajectory: str | None = None  # agent frames: the trajectory of the latest turn recorded under it
     steps: int = 0  # multi-agent frames: nodes started so far
 
 
@@ -197,9 +202,20 @@ def attach_span_tree(provider: Any = None) -> None:
 def watch_nodes() -> None:
     """Have Strands' Graph and Swarm say which node they start and what fed it, and its summarizer what it calls the
     model for (once)."""
-    from strands_tito.upstream import strands_sdk
+    from strands_tito.upstream import UpstreamChangedError, strands_sdk
 
-    strands_sdk.watch_multi_agent(node_starting, outside_turn)
+    try:
+        strands_sdk.watch_multi_agent(node_starting, outside_turn)
+    except UpstreamChangedError as error:  # lineage loses graph/swarm nodes and summaries; the tokens are unaffected
+        logger.warning("records will not name graph or swarm nodes, nor mark summaries: %s", error)
+
+
+def note_turn(trajectory_id: str) -> None:
+    """A turn of ``trajectory_id`` was recorded under the agent running here: the agents it calls from now on are
+    its children (an agent invoked again continues its trajectory under a new frame; a new sample replaces it)."""
+    own = _agent(_current.get())
+    if own is not None:
+        own.trajectory = trajectory_id
 
 
 def _next_invocation(episode: str, agent: str) -> int:
@@ -230,8 +246,7 @@ def _find(trajectory_id: str, purpose: str | None) -> _Found:
         return _Found()
     if purpose is not None:  # a call outside the agent's turns: a child of the agent's own trajectory
         return _Found(own.name, own.trajectory, own.place, own)
-    if own.trajectory is None:
-        own.trajectory = trajectory_id
+    own.trajectory = trajectory_id
     frame, parent = own.parent, None
     while frame is not None and parent is None:
         if frame.kind == "agent":

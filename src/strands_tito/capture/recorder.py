@@ -32,7 +32,7 @@ from strands_tito import spans
 from strands_tito.assembly import TrajectoryAssembler, TrajectoryRecord
 from strands_tito.capture.deferred import call_when_released, run_released_calls
 from strands_tito.capture.endpoint_check import endpoint_still_failing
-from strands_tito.capture.lineage import attach_span_tree, lineage_of
+from strands_tito.capture.lineage import attach_span_tree, lineage_of, note_turn
 from strands_tito.errors import StrandsTitoError
 from strands_tito.exporters import ExporterSettings, make_exporter
 from strands_tito.records import AGL_ATTEMPT_ID as AGL_ATTEMPT_ID
@@ -300,6 +300,8 @@ def _put_on_span(
     identity = agentlightning_identity()
     attributes.update(identity)
     tid = owner.trajectory_id
+    if agent is None or agent.purpose is None:
+        note_turn(tid)
     with _lock:
         lineage = _lineages.get(tid)
         if lineage is None and agent is not None and agent.lineage is not None:
