@@ -10,6 +10,7 @@ neither names exactly one parser, :class:`ToolParserDetectionError` lists the pa
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable
@@ -131,6 +132,12 @@ def _render(template: str, messages: list[dict[str, Any]], tool: Any, special_to
     return str(rendered[0][0])
 
 
+@functools.lru_cache(maxsize=64)
+def _written_call_once(template: str, special_tokens: tuple[tuple[str, str], ...]) -> str | None:
+    # Rendered once per template and special tokens, not once per model (RL rollouts build a model per episode).
+    return written_call(template, dict(special_tokens))
+
+
 def rendered_call(template: str) -> str | None:
     """How ``template`` writes an assistant's tool call (the text around a probe call), None if it writes none."""
     turn = written_call(template)
@@ -148,7 +155,7 @@ def check_reads_template_calls(parser: ToolParser, tokenizer: Any) -> None:
     """
     template = _template_text(tokenizer)
     special = {k: v for k, v in (getattr(tokenizer, "special_tokens_map", None) or {}).items() if isinstance(v, str)}
-    turn = written_call(template, special) if template else None
+    turn = _written_call_once(template, tuple(sorted(special.items()))) if template else None
     if turn is None or any(c.error is None and c.name == _PROBE_TOOL for c in parser.parse(turn)):
         return
     position = turn.find(_PROBE_TOOL)
