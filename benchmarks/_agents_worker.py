@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import hashlib
 import json
@@ -88,10 +89,8 @@ def _memory(field: str) -> int:
 
 def _reset_peak() -> None:
     # Linux: writing 5 to clear_refs resets the peak resident set size (VmHWM) to the current one.
-    try:
+    with contextlib.suppress(OSError):
         Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import platform
 import shlex
@@ -69,8 +70,6 @@ def otlp_sink() -> Iterator[str]:
 
 
 def run_worker(python: Path, impl: str, args: argparse.Namespace, extra: list[str], env: dict[str, str]) -> Any:
-    import json
-
     out = Path(tempfile.mktemp(prefix=f"agents-{impl}-", suffix=".json", dir=args.workdir))
     command = [str(python), str(WORKER), "--impl", impl, "--out", str(out), "--calls", str(args.calls), *extra]
     env = {**env, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
@@ -161,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tito-tree", choices=("head", "worktree"), default="head")
     parser.add_argument("--peer-venv", default=str(HERE / ".venv-peer"))
     parser.add_argument("--worker-timeout", type=float, default=900.0)
+    parser.add_argument("--json", metavar="FILE.json", help="also dump the summaries as JSON")
     args = parser.parse_args(argv)
     sizes = [s for s in args.sizes.split(",") if s]
     agent_counts = [int(a) for a in args.agents.split(",") if a]
@@ -195,29 +195,34 @@ def main(argv: list[str] | None = None) -> int:
                 for agents in agent_counts:
                     impls = ["floor", "tito", "peer", *(["capture"] if agents in capture_counts else [])]
                     shift = round_index % len(impls)
-                    for impl in impls[shift:] + impls[:shift]:
-                        log(f"round {round_index + 1}/{args.rounds}: {size}, {agents} agents, {NAMES[impl]}")
-                        extra = ["--prompt-file", str(prompts[size]), "--agents", str(agents)]
-                        extra += ["--min-calls", str(args.min_calls)]
-                        if impl != "floor":
-                            engine.start()
-                            extra += ["--url", engine.url, "--tokenizer", str(tok_dir)]
-                        try:
+                    # One fresh engine per group: its state then differs between the workers of a group only by the
+                    # order, which rotates (and the engine's CPU is not the client's).
+                    engine.start()
+                    try:
+                        for impl in impls[shift:] + impls[:shift]:
+                            log(f"round {round_index + 1}/{args.rounds}: {size}, {agents} agents, {NAMES[impl]}")
+                            extra = ["--prompt-file", str(prompts[size]), "--agents", str(agents)]
+                            extra += ["--min-calls", str(args.min_calls)]
+                            if impl != "floor":
+                                extra += ["--url", engine.url, "--tokenizer", str(tok_dir)]
                             run = run_worker(pythons[impl], impl, args, extra, envs[impl])
-                        finally:
-                            engine.stop()
-                        runs.setdefault((size, agents), {}).setdefault(impl, []).append(run)
-                        loads.append(os.getloadavg()[0])
+                            runs.setdefault((size, agents), {}).setdefault(impl, []).append(run)
+                            loads.append(os.getloadavg()[0])
+                    finally:
+                        engine.stop()
     results = {key: summarize(value) for key, value in runs.items()}
     elapsed = time.monotonic() - started
+    command = shlex.join(["python", "benchmarks/concurrency_cost.py", *(sys.argv[1:] if argv is None else argv)])
     header = (
-        f"_Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {elapsed / 60:.1f} min; {platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores, Python {platform.python_version()}; strands-tito: {tree_text}. Load average (1 min) "
-        f"at start {load_start[0]:.1f}, during the run {min(loads):.1f}-{max(loads):.1f}._\n\n"
-        f"Command: `{shlex.join(['python', 'benchmarks/concurrency_cost.py', *(sys.argv[1:] if argv is None else argv)])}`"
+        f"_Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {elapsed / 60:.1f} min; "
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; strands-tito: {tree_text}. "
+        f"Load average (1 min) at start {load_start[0]:.1f}, during the run {min(loads):.1f}-{max(loads):.1f}._\n\n"
+        f"Command: `{command}`"
     )
     body = "\n\n".join(x for x in (header, table(results), capture_table(results)) if x)
     print(body)
+    if args.json:
+        Path(args.json).write_text(json.dumps({repr(k): v for k, v in results.items()}, indent=1), encoding="utf-8")
     return 0
 
 
