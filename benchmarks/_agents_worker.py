@@ -202,6 +202,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "rss_before_kib": rss_before,
         "peak_kib": peak,
         "python": sys.version.split()[0],
+        "prompt_file": Path(args.prompt_file).name,
     }
 
 

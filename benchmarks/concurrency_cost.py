@@ -140,13 +140,29 @@ def capture_table(results: dict[tuple[str, int], dict[str, Any]]) -> str:
     ]
     for (size, agents), s in rows:
         t, c = s["tito"], s["capture"]
-        pair = [cc / tt for tt, cc in zip(t["rounds"], c["rounds"], strict=True)]
+        pair = [cc / tt for tt, cc in zip(t["rounds"], c["rounds"], strict=False)]
         lines.append(
             f"| {size} | {agents} | {t['ms']:.2f} ({', '.join(f'{x:.2f}' for x in t['rounds'])}) | {c['ms']:.2f} "
             f"({', '.join(f'{x:.2f}' for x in c['rounds'])}) | {', '.join(f'{x - 1:+.1%}' for x in pair)} | "
             f"**{statistics.median(pair) - 1:+.1%}** |"
         )
     return "\n".join(lines)
+
+
+def table_from_dir(directory: Path) -> str:
+    """The tables of the worker results in ``directory`` (rounds in the order the workers wrote them)."""
+    runs: dict[tuple[str, int], dict[str, list[dict[str, Any]]]] = {}
+    for path in sorted(directory.glob("agents-*.json"), key=lambda p: p.stat().st_mtime):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        size = run["prompt_file"].removeprefix("system_").removesuffix(".txt")
+        runs.setdefault((size, run["agents"]), {}).setdefault(run["impl"], []).append(run)
+    complete = {k: v for k, v in runs.items() if {"floor", "tito", "peer"} <= set(v)}
+    for group in complete.values():  # whole rounds only: each implementation as many runs as the floor
+        rounds = min(len(v) for k, v in group.items() if k != "capture")
+        for impl in list(group):
+            group[impl] = group[impl][:rounds]
+    results = {key: summarize(value) for key, value in sorted(complete.items(), key=lambda kv: (kv[0][0], kv[0][1]))}
+    return "\n\n".join(x for x in (table(results), capture_table(results)) if x)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--peer-venv", default=str(HERE / ".venv-peer"))
     parser.add_argument("--worker-timeout", type=float, default=900.0)
     parser.add_argument("--json", metavar="FILE.json", help="also dump the summaries as JSON")
+    parser.add_argument(
+        "--from-dir",
+        metavar="DIR",
+        help="only summarize the worker results a run left in DIR (a run stopped before its end keeps them there)",
+    )
     args = parser.parse_args(argv)
+    if args.from_dir:
+        print(table_from_dir(Path(args.from_dir)))
+        return 0
     sizes = [s for s in args.sizes.split(",") if s]
     agent_counts = [int(a) for a in args.agents.split(",") if a]
     capture_counts = {int(a) for a in args.capture_agents.split(",") if a}
