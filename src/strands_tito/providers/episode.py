@@ -102,7 +102,7 @@ class EpisodeState(AgentState):
 
     def hold(self, messages: Messages) -> None:
         """Remember the messages of a recorded turn (copying only those not held yet; a turn stays incremental)."""
-        self.held.extend((m["role"], copy.deepcopy(m["content"])) for m in messages[len(self.held) :])
+        self.held.extend((m["role"], _snapshot(m["content"])) for m in messages[len(self.held) :])
         self.cursor = len(messages) + 1
 
     @property
@@ -204,6 +204,25 @@ def _template_turn(  # noqa: PLR0917  next_prompt's inputs handed on in its orde
     state.close_sample()
     images.extend(rendered)
     return whole
+
+
+#: Values a snapshot shares with the message instead of copying: nothing can change them in place.
+_IMMUTABLE = (str, int, float, bool, bytes, type(None))
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy of message content that an in-place edit of the message cannot change, equal to it until then.
+
+    What ``copy.deepcopy`` gives for the JSON-like values Strands' messages hold, several times cheaper: dicts and
+    lists are copied, immutable values shared; anything else is deep-copied.
+    """
+    if isinstance(value, dict):
+        return {k: v if type(v) in _IMMUTABLE else _snapshot(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [v if type(v) in _IMMUTABLE else _snapshot(v) for v in value]
+    if type(value) in _IMMUTABLE:
+        return value
+    return copy.deepcopy(value)
 
 
 def _plain_text(message: Any) -> str:

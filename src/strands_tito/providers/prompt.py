@@ -16,11 +16,21 @@ Templates that list no tools (DeepSeek-V3.1) get the tool schemas in the system 
 built: a mapping, or JSON text where the template concatenates them as a string (DeepSeek-V3.1's original). Each
 encoder checks its template on probe conversations when it is built, so a template the encoder cannot follow fails
 then, with the behaviour named, never mid-episode.
+
+Models built on one tokenizer share one encoder per chat template and thinking switch (:func:`shared_prompt_encoder`):
+its probes run once, not once per model (RL rollouts build a model per episode), and the rendered system prompt and
+tools of a first prompt are encoded once per encoder, not once per agent. An encoder renders the template text it was
+built with, so a tokenizer whose template is changed later gets another encoder and never mixes the two.
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import re
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
@@ -52,6 +62,7 @@ __all__ = [
     "format_messages",
     "format_tool_specs",
     "message_formatter",
+    "shared_prompt_encoder",
     "tool_calls_of",
     "tools_system_text",
 ]
@@ -127,6 +138,10 @@ class PromptEncoder:
         end_tokens: Sequence[str] | None = None,
     ) -> None:
         self.tokenizer = tokenizer
+        # The template text this encoder follows, rendered whatever the tokenizer's template becomes later (a named
+        # template set, a dict, is left to transformers' choice by the tools, as before).
+        template = tokenizer.chat_template
+        self.chat_template: str | None = template if isinstance(template, str) else None
         self.template_kwargs: dict[str, Any] = (
             template_defaults(tokenizer.chat_template)
             if enable_thinking is None
@@ -138,6 +153,10 @@ class PromptEncoder:
         split_special = getattr(tokenizer, "split_special_tokens", False)
         self._backend = backend if isinstance(backend, tokenizers.Tokenizer) and not split_special else None
         self._stand_in, self._stand_in_tools, self._stand_in_text = self._choose_stand_in()
+        # The encoded system prompt and tools of first prompts, by (system prompt, tools): (text, ids), or None where
+        # the text cannot be cut there (checked on the first prompt that brings them, see _encode_first).
+        self._prefixes: OrderedDict[tuple[str, str], tuple[str, list[int]] | None] = OrderedDict()
+        self._prefix_lock = threading.Lock()
         self.end_tokens: tuple[str, ...] = tuple(end_tokens) if end_tokens is not None else self._default_end_tokens()
         if not self.end_tokens:
             raise PromptError("no end-of-turn token: the tokenizer has no eos token and the template closes none")
@@ -168,7 +187,12 @@ class PromptEncoder:
         is written (:func:`strands_tito.providers.families.generation_prompt_ending`: DeepSeek-V3.2 with thinking off).
         """
         text = render_chat_template(
-            self.tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt, **self.template_kwargs
+            self.tokenizer,
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            chat_template=self.chat_template,
+            **self.template_kwargs,
         )
         if add_generation_prompt and self._generation_prompt is not None:
             written, trained = self._generation_prompt
@@ -472,7 +496,7 @@ class PromptEncoder:
                     f"conversation or few-shot history), even as structured tool_calls: {type(again).__name__}: "
                     f"{again}"
                 ) from again
-        ids = self.encode(text)
+        ids = self._encode_first(text, system_prompt, tools, structured)
         if images is not None and (len(images) > before or self._image_token_in(ids)):
             self._check_images(ids, len(images) - before)
         return ids
@@ -480,6 +504,68 @@ class PromptEncoder:
     def _check_tools_supported(self) -> None:
         if self.tools_unsupported is not None:
             raise PromptError(self.tools_unsupported)
+
+    def _encode_first(
+        self,
+        text: str,
+        system_prompt: str | None,
+        tools: list[dict[str, Any]] | None,
+        structured: list[dict[str, Any]],
+    ) -> list[int]:
+        """``encode(text)`` of a first prompt, its system-and-tools part encoded once per (system prompt, tools).
+
+        The cut is the end of the last special token both this prompt and a stand-in conversation with the same
+        system messages and tools render before they differ: text before it is the same for every conversation that
+        starts so, and a special token ends every piece the tokenizer encodes on its own. Where the ids encoded in
+        two parts are not exactly those of the whole text on the first prompt that brings the pair (a normalizer
+        that treats the start of the text apart), the pair is never cut.
+        """
+        if not system_prompt and not tools:
+            return self.encode(text)
+        key = (system_prompt or "", json.dumps(tools, ensure_ascii=False, default=repr) if tools else "")
+        if key in self._prefixes:
+            known = self._prefixes.get(key)
+            if known is not None and text.startswith(known[0]):
+                return [*known[1], *self.encode(text[len(known[0]) :])]
+            return self.encode(text)
+        ids = self.encode(text)
+        prefix = self._prefix_of(text, ids, tools, structured)
+        with self._prefix_lock:
+            self._prefixes[key] = prefix
+            while len(self._prefixes) > _PREFIXES_KEPT:
+                self._prefixes.popitem(last=False)
+        return ids
+
+    def _prefix_of(
+        self, text: str, ids: list[int], tools: list[dict[str, Any]] | None, structured: list[dict[str, Any]]
+    ) -> tuple[str, list[int]] | None:
+        leading = [m for m in structured[:1] if m.get("role") == "system"]
+        try:
+            other = self.render(
+                [*leading, {"role": "user", "content": _PROBE_USER}], tools=tools, add_generation_prompt=True
+            )
+        except Exception:
+            return None
+        common = _common_prefix_length(text, other)
+        cut = max((m.end() for m in self._special_pattern.finditer(text, 0, common) if m.end() < common), default=0)
+        if cut == 0:
+            return None
+        head = self.encode(text[:cut])
+        if head + self.encode(text[cut:]) != ids:
+            return None
+        return text[:cut], head
+
+    @functools.cached_property
+    def _special_pattern(self) -> re.Pattern[str]:
+        # The special tokens that strip no whitespace next to them (a piece the tokenizer encodes on its own ends at
+        # one), longest first so that a token that starts another is not taken for it.
+        decoder = self.tokenizer.added_tokens_decoder
+        tokens = sorted(
+            (t.content for t in decoder.values() if t.special and not t.rstrip and not t.lstrip and t.content),
+            key=len,
+            reverse=True,
+        )
+        return re.compile("|".join(map(re.escape, tokens))) if tokens else re.compile(r"(?!x)x")
 
     def _image_token_in(self, ids: list[int]) -> bool:
         """Whether placeholder tokens appear where no image was given (typed by the user, say): checked only when
@@ -563,6 +649,53 @@ class PromptEncoder:
         # The model stopped on another token (gpt-oss <|return|>, re-rendered <|end|>): keep the model's. Otherwise
         # its turn was cut short and the template's end of turn closes it.
         return after[position + len(token) :] if emitted is not None else after[position:]
+
+
+def _common_prefix_length(a: str, b: str) -> int:
+    """How many characters ``a`` and ``b`` start with alike (a binary search of C-speed comparisons)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[low:middle] == b[low:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+#: How many (system prompt, tools) pairs an encoder keeps encoded.
+_PREFIXES_KEPT: Final = 64
+
+_SHARED_LOCK = threading.Lock()
+_SHARED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], PromptEncoder]] = weakref.WeakKeyDictionary()
+
+
+def shared_prompt_encoder(tokenizer: PreTrainedTokenizerBase, *, enable_thinking: bool | None = None) -> PromptEncoder:
+    """The :class:`PromptEncoder` of this tokenizer, its current chat template and ``enable_thinking``, built once and
+    shared by every model (and thread) that asks for the same three.
+
+    A tokenizer whose template, added tokens or special-token splitting changed since gets a new encoder; one that
+    cannot be a weak dictionary key gets a new encoder each time.
+
+    Raises:
+        PromptError: The template cannot be followed incrementally.
+    """
+    template = tokenizer.chat_template
+    template_key = template if isinstance(template, str) else repr(template)
+    key = (template_key, enable_thinking, len(tokenizer), bool(getattr(tokenizer, "split_special_tokens", False)))
+    try:
+        encoders = _SHARED.get(tokenizer)
+    except TypeError:  # not hashable or not weakly referenceable
+        return PromptEncoder(tokenizer, enable_thinking=enable_thinking)
+    found = encoders.get(key) if encoders is not None else None
+    if found is not None:
+        return found
+    with _SHARED_LOCK:
+        encoders = _SHARED.setdefault(tokenizer, {})
+        found = encoders.get(key)
+        if found is None:
+            found = encoders[key] = PromptEncoder(tokenizer, enable_thinking=enable_thinking)
+        return found
 
 
 # The template reads a top-level ``thinking`` variable (not a message's ``message.thinking``).

@@ -40,9 +40,12 @@ def render_chat_template(
     *,
     tools: Sequence[dict[str, Any]] | None = None,
     add_generation_prompt: bool,
+    chat_template: str | None = None,
     **kwargs: Any,
 ) -> str:
     """``tokenizer.apply_chat_template(..., tokenize=False)``, or the mutable-sandbox rendering where it refuses.
+
+    ``chat_template``: the template text to render (default: the tokenizer's own).
 
     Raises:
         jinja2.TemplateError: The template raised (``raise_exception``) or refused something other than a list
@@ -54,12 +57,20 @@ def render_chat_template(
             tools=cast(Any, None if tools is None else list(tools)),
             add_generation_prompt=add_generation_prompt,
             tokenize=False,
+            chat_template=chat_template,
             **kwargs,
         )
     except jinja2.exceptions.SecurityError as e:
         if not _refuses_mutation(e):
             raise
-        return render_mutable(tokenizer, messages, tools=tools, add_generation_prompt=add_generation_prompt, **kwargs)
+        return render_mutable(
+            tokenizer,
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            chat_template=chat_template,
+            **kwargs,
+        )
     if not isinstance(text, str):
         raise TypeError("apply_chat_template(tokenize=False) did not return text")
     return text
@@ -71,10 +82,12 @@ def render_mutable(
     *,
     tools: Sequence[dict[str, Any]] | None = None,
     add_generation_prompt: bool,
+    chat_template: str | None = None,
     **kwargs: Any,
 ) -> str:
-    """The tokenizer's chat template rendered as transformers would, with list and dict changes allowed."""
-    source = tokenizer.chat_template
+    """The tokenizer's chat template (or ``chat_template``) rendered as transformers would, with list and dict
+    changes allowed."""
+    source = tokenizer.chat_template if chat_template is None else chat_template
     if not isinstance(source, str):
         raise ValueError("the tokenizer has no single chat template")
     chat = [_plain_message(m) for m in messages]

@@ -16,6 +16,7 @@ both live in :mod:`~strands_tito.providers.generation`, re-exported here).
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import threading
@@ -58,7 +59,13 @@ from strands_tito.providers.generation import (
     check_token_ids,
     finite_logprob,
 )
-from strands_tito.providers.prompt import PromptEncoder, format_messages, format_tool_specs, message_formatter
+from strands_tito.providers.prompt import (
+    PromptEncoder,
+    format_messages,
+    format_tool_specs,
+    message_formatter,
+    shared_prompt_encoder,
+)
 from strands_tito.providers.reasoning import split_harmony, split_reasoning
 from strands_tito.providers.rejected_call import RejectedToolCall
 from strands_tito.providers.tool_parsers import (
@@ -195,16 +202,21 @@ class TokenModel(Model):
         warn_unknown_config_keys(model_config, self.config_type)
         check_history_config(model_config)
         self.config.update(model_config)
-        self._prompt_encoder: PromptEncoder | None = None
-        if isinstance(self.tokenizer, PreTrainedTokenizerBase):
-            self._prompt_encoder = self._prompts  # a template the encoder cannot follow fails here, not mid-rollout
+        # The encoder follows the template the model was built with (a tokenizer whose template changes later is
+        # another encoder's), and is looked up again only for another thinking switch or tokenizer.
+        encoder: PromptEncoder | None = getattr(self, "_prompt_encoder", None)
+        if encoder is None or "enable_thinking" in model_config or encoder.tokenizer is not self.tokenizer:
+            self._prompt_encoder = None
+            if isinstance(self.tokenizer, PreTrainedTokenizerBase):
+                self._prompt_encoder = self._prompts  # a template the encoder cannot follow fails here, not mid-rollout
 
     @property
     def _prompts(self) -> PromptEncoder:
         # Built on first use for a tokenizer that is not a Hugging Face one (a test double: strands-env's tests
         # build the model with a MagicMock and never render a prompt).
         if self._prompt_encoder is None:
-            self._prompt_encoder = PromptEncoder(self.tokenizer, enable_thinking=self.config.get("enable_thinking"))
+            thinking = self.config.get("enable_thinking")
+            self._prompt_encoder = shared_prompt_encoder(self.tokenizer, enable_thinking=thinking)
         return self._prompt_encoder
 
     def get_config(self) -> Any:
@@ -332,8 +344,7 @@ class TokenModel(Model):
         system_prompt: str | None,
         images: list[str],
     ) -> list[int]:
-        custom = inspect.getattr_static(type(self), "format_messages") is not TokenModel.__dict__["format_messages"]
-        formatter = message_formatter(self.format_messages if custom else None)
+        formatter = message_formatter(self.format_messages if _overrides_format_messages(type(self)) else None)
         args = (state, self._prompts, self.config, messages, tool_specs, system_prompt, images)
         return next_prompt(*args, format_tools=self.format_tool_specs, format_messages=formatter)
 
@@ -575,3 +586,9 @@ class TokenModel(Model):
         if reply is None or reply.finish_reason == "abort":
             raise self.aborted_error("structured output generation aborted by the server")
         yield {"output": output_model.model_validate_json(reply.text)}
+
+
+@functools.cache
+def _overrides_format_messages(cls: type[TokenModel]) -> bool:
+    """Whether a provider class overrides :meth:`TokenModel.format_messages` (asked once per class)."""
+    return inspect.getattr_static(cls, "format_messages") is not TokenModel.__dict__["format_messages"]

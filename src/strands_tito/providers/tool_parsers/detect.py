@@ -12,6 +12,7 @@ neither names exactly one parser, :class:`ToolParserDetectionError` lists the pa
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterable
@@ -151,6 +152,12 @@ def _render(template: str, messages: list[dict[str, Any]], tool: Any, special_to
     return str(rendered[0][0])
 
 
+@functools.lru_cache(maxsize=64)
+def _written_call_once(template: str, special_tokens: tuple[tuple[str, str], ...]) -> str | None:
+    # Rendered once per template and special tokens, not once per model (RL rollouts build a model per episode).
+    return written_call(template, dict(special_tokens))
+
+
 def rendered_call(template: str, special_tokens: dict[str, Any] | None = None) -> str | None:
     """How ``template`` writes an assistant's tool call (the text around a probe call), None if it writes none.
 
@@ -173,7 +180,7 @@ def check_reads_template_calls(parser: ToolParser, tokenizer: Any) -> None:
     template = _template_text(tokenizer)
     special = _special_token_variables(tokenizer)
     try:
-        turn = written_call(template, special) if template else None
+        turn = _written_call_once(template, tuple(sorted(special.items()))) if template else None
     except _CallProbeError:
         turn = None  # the marks named the parser; the encoder's own checks meet this template's rendering errors
     if turn is None or any(c.error is None and c.name == _PROBE_TOOL for c in parser.parse(turn)):
