@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sysconfig
 import time
-import venv
 from pathlib import Path
 
 import pytest
+
+from ..helpers.wheels import venv_seeing_these_packages
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,17 +31,6 @@ def _copy_of_the_checkout(target: Path) -> None:
         if source.is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
-
-
-def _venv_seeing_these_packages(directory: Path) -> None:
-    venv.EnvBuilder(with_pip=True).create(directory)
-    site = subprocess.run(
-        [str(directory / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    (Path(site) / "_dependencies_from_the_test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
 
 def _bootstrap(checkout: Path) -> tuple[int, list[tuple[float, str]]]:
@@ -65,7 +54,7 @@ def _bootstrap(checkout: Path) -> tuple[int, list[tuple[float, str]]]:
 def test_setup_shows_progress_while_it_installs_and_is_silent_when_done(tmp_path: Path) -> None:
     checkout = tmp_path / "checkout"
     _copy_of_the_checkout(checkout)
-    _venv_seeing_these_packages(checkout / ".venv")
+    venv_seeing_these_packages(checkout / ".venv")
 
     status, lines = _bootstrap(checkout)
     text = "\n".join(line for _, line in lines)
@@ -96,7 +85,7 @@ def test_the_progress_filter_passes_errors_on(tmp_path: Path) -> None:
     """A failed install says why: pip's errors come through, and the end of its log."""
     checkout = tmp_path / "checkout"
     _copy_of_the_checkout(checkout)
-    _venv_seeing_these_packages(checkout / ".venv")
+    venv_seeing_these_packages(checkout / ".venv")
     pyproject = checkout / "core" / "pyproject.toml"
     text = pyproject.read_text()
     assert "\ndependencies = [" in text

@@ -20,9 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import time
-import venv
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +28,7 @@ from typing import Any
 import pytest
 
 from ..helpers.collector import free_port
+from ..helpers.wheels import venv_seeing_these_packages
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "agent-lightning.md"
@@ -137,19 +136,6 @@ def shell(tmp_path: Path) -> Iterator[Shell]:
         running.stop()
 
 
-def _fresh_venv(directory: Path) -> None:
-    """A new venv whose dependencies come from this environment's site-packages (none of its .pth files run, so the
-    checkout's editable installs stay out): the install line then installs the checkout itself, offline."""
-    venv.EnvBuilder(with_pip=True).create(directory)
-    site = subprocess.run(
-        [str(directory / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    (Path(site) / "_dependencies_from_the_test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-
-
 def _triplets(shell: Shell, line: str, rollout_id: str) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = json.loads(shell.run(line.replace("calc-1", rollout_id)))
     return events
@@ -184,7 +170,7 @@ def test_the_recipe_runs_as_written(shell: Shell, tmp_path: Path) -> None:
     install, *rest = lines
     assert install.startswith("pip install ./core ./exporters ./collector ") and "agentlightning" in install
     assert not any("pip install 'strands-tito" in line for line in lines)  # not on PyPI
-    _fresh_venv(tmp_path / "venv")
+    venv_seeing_these_packages(tmp_path / "venv")
     shell.run(install.replace("pip install ", "python -m pip install --no-index --no-build-isolation -q ", 1))
     installed = subprocess.run(
         ["bash", "-c", "command -v strands-tito"], env=shell.env, capture_output=True, text=True, check=True

@@ -33,6 +33,19 @@ def build_wheels(folders: Sequence[Path], dist: Path) -> list[Path]:
     return wheels
 
 
+def venv_seeing_these_packages(env_dir: Path) -> None:
+    """A fresh venv at ``env_dir`` whose site-packages also holds this environment's, through a plain path in a .pth
+    file (it adds the directory but runs none of its .pth files, so the checkout's editable installs stay out)."""
+    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
+    site = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(site) / "_dependencies_from_the_test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+
 def install_wheels(
     wheels: Sequence[Path], env_dir: Path, *, dependencies_from_here: bool, env: Mapping[str, str] | None = None
 ) -> Path:
@@ -43,19 +56,13 @@ def install_wheels(
     files, so the checkout's editable installs stay out). Otherwise the venv sees nothing of this environment and pip
     installs the dependencies from the package index (its cache), with ``env``.
     """
-    venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
     python = str(env_dir / "bin" / "python")
     command = [python, "-m", "pip", "install", "-q"]
     if dependencies_from_here:
-        site = subprocess.run(
-            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-        (Path(site) / "_dependencies_from_the_test_environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+        venv_seeing_these_packages(env_dir)
         command += ["--no-deps", "--no-index"]
     else:
+        venv.EnvBuilder(with_pip=True, system_site_packages=False).create(env_dir)
         command += ["--find-links", str(wheels[0].parent)]
     done = subprocess.run(
         [*command, *map(str, wheels)], env=env, timeout=TIMEOUT, capture_output=True, text=True, check=False
