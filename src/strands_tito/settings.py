@@ -268,6 +268,14 @@ class Settings:
         default=None,
         metadata=_var("STRANDS_TITO_FAMILY", "(unset: Qwen3)", "the model family `strands-tito demo` runs"),
     )
+    torch_python: str | None = field(
+        default=None,
+        metadata=_var(
+            "STRANDS_TITO_TORCH_PYTHON",
+            "(unset: the Python running the command)",
+            "a Python with torch and transformers that `strands-tito verify` runs the model in (its `--python`)",
+        ),
+    )
 
     @property
     def capture_on(self) -> bool:
@@ -317,6 +325,7 @@ _READERS: Final[dict[str, Callable[[str, str], Any]]] = {
     "agl_event_url": _text,
     "cache": _path,
     "family": _text,
+    "torch_python": _text,
 }
 
 _warned: set[str] = set()

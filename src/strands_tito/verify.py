@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from strands_tito.errors import MissingDependencyError, StrandsTitoError
+from strands_tito.settings import get_settings
 
 __all__ = [
     "Comparison",
@@ -52,8 +53,6 @@ __all__ = [
 VERDICTS = ("noise", "mismatch", "misaligned")
 #: The shifted control must be at least this many times the aligned mean |Δ| for the records to count as aligned.
 ALIGNMENT_FACTOR = 2.0
-#: Environment variable naming the default ``--python``.
-PYTHON_ENV = "STRANDS_TITO_TORCH_PYTHON"
 #: The worker reads the model from disk only, and keeps quiet on stderr (no progress bars) unless it fails.
 WORKER_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -422,8 +421,8 @@ def verify_main(argv: list[str]) -> int:
     p.add_argument("--model", type=Path, required=True, help="local Hugging Face model directory (the policy)")
     p.add_argument(
         "--python",
-        default=os.environ.get(PYTHON_ENV, sys.executable),
-        help=f"a Python with torch and transformers to run the model (default: ${PYTHON_ENV}, else this one)",
+        default=get_settings().torch_python or sys.executable,
+        help="a Python with torch and transformers to run the model (default: $STRANDS_TITO_TORCH_PYTHON, else this)",
     )
     p.add_argument("--device", default="auto", help="torch device (default: cuda when there is one, else cpu)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])

@@ -1,6 +1,6 @@
 """The routed-experts layout of the served MoE model, found without the user: from the model's ``config.json``.
 
-SGLang returns routing as headerless int32 (``sglang-protocol.md`` §2): ``(rows, num_hidden_layers,
+SGLang returns routing as headerless int32 (docs/providers.md): ``(rows, num_hidden_layers,
 num_experts_per_tok)`` from the model's Hugging Face text config. Without those numbers the routing cannot be shaped
 into the ``.npy`` a trainer reads (Agent Lightning's R3, ``agent-lightning.md`` §8), and a record would go out without
 it. So :class:`~strands_tito.providers.sglang.SGLangModel` asked for routing finds the layout here, at construction,
@@ -27,7 +27,7 @@ __all__ = ["RoutedExpertsLayoutError", "find_layout", "layout_of_config"]
 #: How each family's config names the number of routed experts (Qwen-MoE / OLMoE; DeepSeek, Kimi-K2, GLM-4.5+;
 #: Mixtral, gpt-oss, Llama-4, MiniMax, Phi-MoE).
 _EXPERT_KEYS = ("num_experts", "n_routed_experts", "num_local_experts")
-#: SGLang's routes that report the model path, newest first (``sglang-protocol.md`` §4).
+#: SGLang's routes that report the model path, newest first.
 _INFO_PATHS = ("/model_info", "/get_model_info", "/server_info", "/get_server_info")
 _SERVER_TIMEOUT = 5.0
 
