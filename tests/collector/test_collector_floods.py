@@ -214,7 +214,9 @@ def test_when_full_the_idle_longest_go_first_then_the_slowest_heads_each_answere
                 assert all(state(s) == "answered" for s in idle[50:])
                 gone = [state(s) == "answered" for s in old_heads + new_heads]
                 assert gone.count(True) >= 100, gone.count(True)
-                assert gone == sorted(gone, reverse=True), "the oldest heads go first"
+                # The oldest heads go first: every one of the earlier burst before any of the newest heads (the
+                # order within one burst of simultaneous connects is the kernel's accept order, not asserted).
+                assert all(gone[:100]), "the oldest heads go first"
                 status, retry = status_of(answer(old_heads[0]))
                 assert status == 503 and retry is not None
                 assert [state(s) for s in new_heads[-100:]].count("open") == 100
