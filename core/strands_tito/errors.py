@@ -39,6 +39,7 @@ for SGLang and vLLM alike)::
     │   └── HTTPConnectError
     ├── PromptError (prompt), also ValueError        the messages cannot be rendered to tokens
     ├── ToolParserDetectionError (tool_parsers.detect), also ValueError   no tool parser fits the tokenizer
+    ├── RoutedExpertsLayoutError (moe_layout), also ValueError   routing asked for, its layout neither given nor found
     ├── UnknownToolParserError (tool_parsers), also KeyError and ValueError   no parser has that name
     ├── TemplateFetchError (testing.chat_templates), also RuntimeError   a chat template could not be fetched
     ├── SdistFetchError (testing.sdist), also RuntimeError      an sdist could not be fetched from PyPI
@@ -57,6 +58,7 @@ for SGLang and vLLM alike)::
     │   ├── MaxToolCallsReachedError
     │   └── MaxMessagesReachedError
     ├── ViewerError (viewer), also ValueError        a viewer command cannot read its input or start (one line)
+    ├── VerifyError (verify)                         `strands-tito verify` cannot use its input, model or Python
     ├── BindError (collector.service), also OSError
     ├── StoreError (collector.store), also OSError   the store cannot be opened or written
     │   └── StoreInUse                                 another collector has the store open

@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 
+from strands_tito.errors import StrandsTitoError
+
 __all__ = ["RoutedExpertsLayoutError", "find_layout", "layout_of_config"]
 
 #: How each family's config names the number of routed experts (Qwen-MoE / OLMoE; DeepSeek, Kimi-K2, GLM-4.5+;
@@ -32,7 +34,7 @@ _INFO_PATHS = ("/model_info", "/get_model_info", "/server_info", "/get_server_in
 _SERVER_TIMEOUT = 5.0
 
 
-class RoutedExpertsLayoutError(ValueError):
+class RoutedExpertsLayoutError(StrandsTitoError, ValueError):
     """``return_routed_experts=True`` but the layout is neither given nor found; the message says what to pass."""
 
 
